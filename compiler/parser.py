@@ -1,0 +1,750 @@
+"""Parser for the textual IR (custom and generic forms), built on lark LALR.
+
+Parsing is two steps. lark turns the text into light syntax tuples (its
+LALR parser with an inline transformer builds no parse tree), then
+`_IRBuilder` resolves SSA names in scope, builds ops and reports located
+errors. Types are single tokens (`tensor<4x8xf32>`), which keeps the token
+count, and so the parse time, low.
+
+The custom form of an op is uniform across dialects:
+
+    %r = dialect.op [@sym(] operands [)] {attrs} : (types) -> types {regions} loc(...)
+
+`func.func` and `module` have their own MLIR syntax.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import re
+
+import lark
+import numpy as np
+
+from . import attributes as A
+from .diagnostics import DiagnosticError, FileLineColLoc, FusedLoc, Location, NameLoc, UNKNOWN_LOC, error
+from .ir import Block, Operation, Region, lookup_op_class
+from .types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i1, i64, parse_type_token
+
+GRAMMAR = r"""
+start: operation*
+
+?operation: custom_op | generic_op | func_op | module_op
+
+custom_op: [RESULTS] OP_NAME [custom_operands] [attr_dict] [type_sig] region* [loc]
+custom_operands: SYMBOL "(" [value_list] ")" -> symbol_operands
+               | value_list                  -> plain_operands
+generic_op: [RESULTS] STRING "(" [value_list] ")" [generic_regions] [attr_dict] ":" function_type [loc]
+func_op: FUNC_KW SYMBOL "(" [typed_arg ("," typed_arg)*] ")" ["->" result_types] ["attributes" attr_dict] region [loc]
+module_op: MODULE_KW [SYMBOL] ["attributes" attr_dict] region [loc]
+
+value_list: VALUE ("," VALUE)*
+generic_regions: "(" region ("," region)* ")"
+region: LBRACE region_item* "}"
+?region_item: operation | block_label
+block_label: CARET_ID ["(" typed_arg ("," typed_arg)* ")"] ":"
+typed_arg: VALUE ":" TYPE [loc]
+
+type_sig: ":" function_type        -> sig_function
+        | ":" TYPE ("," TYPE)*     -> sig_types
+function_type: "(" [TYPE ("," TYPE)*] ")" "->" result_types
+result_types: TYPE                 -> one_type
+            | "(" [TYPE ("," TYPE)*] ")" -> type_list
+
+attr_dict: ATTR_LBRACE [attr_entry ("," attr_entry)*] "}"
+attr_entry: BARE_ID ["=" attr_value]
+?attr_value: INT [":" TYPE]        -> int_attr
+    | FLOAT [":" TYPE]             -> float_attr
+    | HEX [":" TYPE]               -> hex_attr
+    | STRING                       -> string_attr
+    | "true"                       -> true_attr
+    | "false"                      -> false_attr
+    | "unit"                       -> unit_attr
+    | "[" [attr_value ("," attr_value)*] "]" -> array_attr
+    | "dense" "<" [attr_value] ">" ":" TYPE  -> dense_attr
+    | SYMBOL                       -> symbol_attr
+    | TYPE                         -> type_attr
+    | function_type                -> function_type_attr
+
+loc: LOC_KW "(" loc_body ")"
+?loc_body: STRING ":" INT ":" INT  -> file_loc
+    | "unknown"                    -> unknown_loc
+    | STRING ["(" loc_body ")"]    -> name_loc
+    | "fused" "[" loc_body ("," loc_body)* "]" -> fused_loc
+
+RESULTS.4: /%[A-Za-z0-9_.$\-]+(:[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+)*\s*=(?!=)/
+VALUE.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?/
+FUNC_KW.5: "func.func"
+MODULE_KW.5: "module"
+LOC_KW.5: "loc"
+OP_NAME.2: /[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z0-9_$]+)+/
+SYMBOL: /@[A-Za-z0-9_.$\-]+/
+CARET_ID: /\^[A-Za-z0-9_.$\-]+/
+TYPE.3: /(tensor|memref|vector)<[^<>]*>/ | /(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.])/
+BARE_ID.1: /[A-Za-z_][A-Za-z0-9_$.]*/
+HEX.4: /0x[0-9A-Fa-f]+/
+FLOAT.3: /[-+]?[0-9]+\.[0-9]*([eE][-+]?[0-9]+)?/ | /[-+]?[0-9]+[eE][-+]?[0-9]+/
+INT.2: /[-+]?[0-9]+/
+STRING: /"([^"\\\n]|\\.)*"/
+ATTR_LBRACE.5: /\{(?=\s*(\}|[A-Za-z_][A-Za-z0-9_$.]*\s*=|[A-Za-z_][A-Za-z0-9_$]*\s*[,}]))/
+LBRACE: "{"
+COMMENT: /\/\/[^\n]*/
+%import common.WS
+%ignore WS
+%ignore COMMENT
+"""
+
+# Human names for terminals in "expected ..." messages.
+_TERMINAL_NAMES = {
+    "RESULTS": "result names",
+    "VALUE": "an SSA value",
+    "OP_NAME": "an operation name",
+    "SYMBOL": "a symbol (@name)",
+    "CARET_ID": "a block label",
+    "TYPE": "a type",
+    "BARE_ID": "an attribute name",
+    "HEX": "a hex literal",
+    "FLOAT": "a float",
+    "INT": "an integer",
+    "STRING": "a string",
+    "ATTR_LBRACE": "'{'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "COLON": "':'",
+    "EQUAL": "'='",
+    "MORETHAN": "'>'",
+    "LESSTHAN": "'<'",
+    "__ANON_0": "'->'",
+    "FUNC_KW": "'func.func'",
+    "MODULE_KW": "'module'",
+    "LOC_KW": "'loc'",
+    "$END": "end of input",
+}
+
+
+class OpSyntax:
+    """One op as read, before names are resolved."""
+
+    __slots__ = ("kind", "results", "name", "symbol", "operands", "attrs", "operand_types", "result_types", "regions", "loc", "token", "args")
+
+    def __init__(self, kind, token):
+        self.kind = kind  # "custom", "generic", "func", "module"
+        self.token = token
+        self.results = None
+        self.name = None
+        self.symbol = None
+        self.operands = ()
+        self.attrs = ()
+        self.operand_types = None
+        self.result_types = None
+        self.regions = ()
+        self.loc = None
+        self.args = ()
+
+
+class _Reader(lark.Transformer):
+    """lark callbacks: turn each rule into a tuple or an `OpSyntax`."""
+
+    # --- ops -----------------------------------------------------------------
+    def custom_op(self, c):
+        results, name, operands, attrs, sig, *rest = c
+        op = OpSyntax("custom", results or name)
+        op.results = results
+        op.name = name
+        if operands is not None:
+            op.symbol, op.operands = operands
+        op.attrs = attrs or ()
+        if sig is not None:
+            op.operand_types, op.result_types = sig
+        op.regions = rest[:-1]
+        op.loc = rest[-1]
+        return op
+
+    def generic_op(self, c):
+        results, name, values, regions, attrs, ftype, loc = c
+        op = OpSyntax("generic", results or name)
+        op.results = results
+        op.name = name
+        op.operands = values or ()
+        op.regions = regions or ()
+        op.attrs = attrs or ()
+        op.operand_types, op.result_types = ftype
+        op.loc = loc
+        return op
+
+    def func_op(self, c):
+        keyword, symbol, *rest = c
+        loc = rest.pop()
+        region = rest.pop()
+        attrs = rest.pop()
+        result_types = rest.pop()
+        op = OpSyntax("func", keyword)
+        op.symbol = symbol
+        op.args = [a for a in rest if a is not None]
+        op.result_types = result_types or []
+        op.attrs = attrs or ()
+        op.regions = (region,)
+        op.loc = loc
+        return op
+
+    def module_op(self, c):
+        keyword, symbol, attrs, region, loc = c
+        op = OpSyntax("module", keyword)
+        op.symbol = symbol
+        op.attrs = attrs or ()
+        op.regions = (region,)
+        op.loc = loc
+        return op
+
+    def value_list(self, c):
+        return c
+
+    def symbol_operands(self, c):
+        return (c[0], c[1] or ())
+
+    def plain_operands(self, c):
+        return (None, c[0])
+
+    def generic_regions(self, c):
+        return c
+
+    def region(self, c):
+        return (c[0], c[1:])
+
+    def block_label(self, c):
+        return ("label", c[0], [a for a in c[1:] if a is not None])
+
+    def typed_arg(self, c):
+        return c  # [VALUE, TYPE, loc]
+
+    # --- types ---------------------------------------------------------------
+    def sig_function(self, c):
+        return c[0]
+
+    def sig_types(self, c):
+        return (list(c), None)
+
+    def function_type(self, c):
+        return ([t for t in c[:-1] if t is not None], c[-1])
+
+    def one_type(self, c):
+        return [c[0]]
+
+    def type_list(self, c):
+        return [t for t in c if t is not None]
+
+    # --- attributes ------------------------------------------------------------
+    def attr_dict(self, c):
+        return [e for e in c[1:] if e is not None]
+
+    def attr_entry(self, c):
+        return (c[0], c[1])
+
+    def int_attr(self, c):
+        return ("int", c[0], c[1])
+
+    def float_attr(self, c):
+        return ("float", c[0], c[1])
+
+    def hex_attr(self, c):
+        return ("hex", c[0], c[1])
+
+    def string_attr(self, c):
+        return ("string", c[0])
+
+    def true_attr(self, c):
+        return ("bool", True)
+
+    def false_attr(self, c):
+        return ("bool", False)
+
+    def unit_attr(self, c):
+        return ("unit",)
+
+    def array_attr(self, c):
+        return ("array", [e for e in c if e is not None])
+
+    def dense_attr(self, c):
+        return ("dense", c[0], c[1])
+
+    def symbol_attr(self, c):
+        return ("symbol", c[0])
+
+    def type_attr(self, c):
+        return ("type", c[0])
+
+    def function_type_attr(self, c):
+        return ("function_type", c[0])
+
+    # --- locations -------------------------------------------------------------
+    def loc(self, c):
+        return c[1]
+
+    def file_loc(self, c):
+        return ("file", c[0], c[1], c[2])
+
+    def unknown_loc(self, c):
+        return ("unknown",)
+
+    def name_loc(self, c):
+        return ("name", c[0], c[1])
+
+    def fused_loc(self, c):
+        return ("fused", c)
+
+
+@functools.lru_cache(maxsize=1)
+def _lark_parser() -> lark.Lark:
+    return lark.Lark(GRAMMAR, parser="lalr", lexer="contextual", transformer=_Reader(), maybe_placeholders=True, cache=False)
+
+
+# --------------------------------------------------------------------------- name resolution
+
+
+class _Scope:
+    """SSA names visible in a region; lookups fall through to the parent."""
+
+    __slots__ = ("names", "parent", "isolated")
+
+    def __init__(self, parent: "_Scope | None", isolated: bool):
+        self.names: dict[str, object] = {}
+        self.parent = parent
+        self.isolated = isolated
+
+    def lookup(self, name: str):
+        scope = self
+        while scope is not None:
+            found = scope.names.get(name)
+            if found is not None:
+                return found
+            if scope.isolated:
+                return None
+            scope = scope.parent
+        return None
+
+
+_NUMERIC = re.compile(r"^[0-9]+$")
+
+
+def _hint(name: str) -> str | None:
+    """Source names are kept as hints unless they are bare numbers."""
+    return None if _NUMERIC.match(name) else name
+
+
+class _IRBuilder:
+    def __init__(self, filename: str, line_offset: int):
+        self.filename = filename
+        self.line_offset = line_offset
+
+    # --- locations -----------------------------------------------------------
+    def at(self, token) -> FileLineColLoc:
+        return FileLineColLoc(self.filename, token.line + self.line_offset, token.column)
+
+    def fail(self, token, message: str) -> DiagnosticError:
+        return error(self.at(token), message)
+
+    def location(self, syntax) -> Location:
+        kind = syntax[0]
+        if kind == "file":
+            return FileLineColLoc(A.unquote_string(syntax[1]), int(syntax[2]), int(syntax[3]))
+        if kind == "unknown":
+            return UNKNOWN_LOC
+        if kind == "name":
+            return NameLoc(A.unquote_string(syntax[1]), self.location(syntax[2]) if syntax[2] else None)
+        return FusedLoc(tuple(self.location(s) for s in syntax[1]))
+
+    def op_location(self, op: OpSyntax) -> Location:
+        return self.location(op.loc) if op.loc is not None else self.at(op.token)
+
+    # --- types -------------------------------------------------------------
+    def type(self, token):
+        try:
+            return parse_type_token(str(token))
+        except TypeSyntaxError as exc:
+            raise self.fail(token, str(exc)) from None
+
+    def types(self, tokens):
+        return [self.type(t) for t in tokens]
+
+    # --- attributes --------------------------------------------------------
+    def attributes(self, entries) -> dict[str, A.Attribute]:
+        out = {}
+        for key, value in entries:
+            if key in out:
+                raise self.fail(key, f"duplicate attribute '{key}'")
+            out[str(key)] = A.UnitAttr() if value is None else self.attribute(value, key)
+        return out
+
+    def attribute(self, syntax, anchor) -> A.Attribute:
+        kind = syntax[0]
+        if kind == "int":
+            t = self.type(syntax[2]) if syntax[2] else i64
+            if t.is_float:
+                return A.FloatAttr(float(int(syntax[1])), t)
+            if t is i1:
+                return A.BoolAttr(bool(int(syntax[1])))
+            return A.IntegerAttr(int(syntax[1]), t)
+        if kind == "float":
+            t = self.type(syntax[2]) if syntax[2] else f32
+            if not t.is_float:
+                raise self.fail(syntax[1], f"float literal {syntax[1]} with non-float type {t}")
+            return A.FloatAttr(float(syntax[1]), t)
+        if kind == "hex":
+            t = self.type(syntax[2]) if syntax[2] else i64
+            bits = int(str(syntax[1]), 16)
+            if t.is_float:
+                return A.FloatAttr(_float_from_bits(bits, t, syntax[1], self), t)
+            return A.IntegerAttr(bits, t)
+        if kind == "string":
+            return A.StringAttr(A.unquote_string(syntax[1]))
+        if kind == "bool":
+            return A.BoolAttr(syntax[1])
+        if kind == "unit":
+            return A.UnitAttr()
+        if kind == "array":
+            return A.ArrayAttr(tuple(self.attribute(e, anchor) for e in syntax[1]))
+        if kind == "symbol":
+            return A.SymbolRefAttr(str(syntax[1])[1:])
+        if kind == "type":
+            return A.TypeAttr(self.type(syntax[1]))
+        if kind == "function_type":
+            inputs, results = syntax[1]
+            return A.TypeAttr(FunctionType(self.types(inputs), self.types(results)))
+        if kind == "dense":
+            return self.dense(syntax[1], syntax[2], anchor)
+        raise AssertionError(kind)
+
+    def dense(self, body, type_token, anchor) -> A.DenseElementsAttr:
+        t = self.type(type_token)
+        if not isinstance(t, ShapedType):
+            raise self.fail(type_token, f"dense elements need a tensor type, not {t}")
+        dtype = t.element_type.numpy_dtype
+        if body is None:
+            if t.num_elements != 0:
+                raise self.fail(type_token, f"empty dense<> for {t}, which has {t.num_elements} elements")
+            return A.DenseElementsAttr(np.zeros(t.shape, dtype), t)
+        if body[0] == "string":
+            text = A.unquote_string(body[1])
+            if not text.startswith("0x"):
+                raise self.fail(body[1], "a dense string must be hex data starting with 0x")
+            raw = bytes.fromhex(text[2:])
+            flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<"))
+            if flat.size == 1:
+                return A.DenseElementsAttr(np.full(t.shape, flat[0], dtype), t)
+            if flat.size != t.num_elements:
+                raise self.fail(body[1], f"hex data holds {flat.size} elements but {t} needs {t.num_elements}")
+            return A.DenseElementsAttr(flat.reshape(t.shape).astype(dtype), t)
+        values = self.dense_values(body, t.element_type, type_token)
+        array = np.array(values, dtype=dtype)
+        if array.ndim == 0:
+            return A.DenseElementsAttr(np.full(t.shape, array, dtype), t)
+        if array.shape != tuple(t.shape):
+            raise self.fail(type_token, f"dense literal has shape {list(array.shape)} but the type {t} needs {list(t.shape)}")
+        return A.DenseElementsAttr(array, t)
+
+    def dense_values(self, syntax, element: ScalarType, anchor):
+        kind = syntax[0]
+        if kind == "array":
+            items = [self.dense_values(e, element, anchor) for e in syntax[1]]
+            shapes = {np.shape(i) for i in items}
+            if len(shapes) > 1:
+                raise self.fail(anchor, "dense literal rows have different lengths")
+            return items
+        if kind == "bool":
+            return syntax[1]
+        if kind in ("int", "float"):
+            text = str(syntax[1])
+            if element.is_float:
+                return float(text)
+            if kind == "float":
+                raise self.fail(syntax[1], f"float {text} in a dense literal of {element}")
+            return int(text) != 0 if element is i1 else int(text)
+        if kind == "hex":
+            bits = int(str(syntax[1]), 16)
+            return _float_from_bits(bits, element, syntax[1], self) if element.is_float else bits
+        raise self.fail(anchor, "expected a number, a boolean or a nested list in dense<...>")
+
+    # --- ops -----------------------------------------------------------------
+    def module(self, items) -> Operation:
+        from fusecc.dialects.builtin import ModuleOp
+
+        modules = [op for op in items if op.kind == "module"]
+        if modules and len(items) > 1:
+            other = next(op for op in items if op is not modules[0]) if len(modules) == 1 else modules[1]
+            raise self.fail(other.token, "a file holds either one 'module { ... }' or bare top-level ops, not both")
+        if modules:
+            return self.op(modules[0], None)
+        module = ModuleOp.build()
+        scope = _Scope(None, True)
+        for item in items:
+            module.body.append(self.op(item, scope))
+        only = module.body.first_op
+        if len(module.body) == 1 and isinstance(only, ModuleOp):
+            return only.detach()  # a module written in the generic form
+        return module
+
+    def op(self, syntax: OpSyntax, scope: _Scope | None) -> Operation:
+        if syntax.kind == "func":
+            return self.func(syntax)
+        if syntax.kind == "module":
+            return self.module_op(syntax)
+        return self.generic_or_custom(syntax, scope)
+
+    def module_op(self, syntax: OpSyntax) -> Operation:
+        from fusecc.dialects.builtin import ModuleOp
+
+        module = ModuleOp.build()
+        module.location = self.op_location(syntax)
+        module.attributes.update(self.attributes(syntax.attrs))
+        if syntax.symbol is not None:
+            module.attributes["sym_name"] = A.StringAttr(str(syntax.symbol)[1:])
+        label_token, items = syntax.regions[0]
+        scope = _Scope(None, True)
+        for item in items:
+            if isinstance(item, tuple):
+                raise self.fail(item[1], "a module's body is one block without labels")
+            module.body.append(self.op(item, scope))
+        return module
+
+    def func(self, syntax: OpSyntax) -> Operation:
+        from fusecc.dialects.func import FuncOp
+
+        scope = _Scope(None, True)
+        block = Block()
+        for arg in syntax.args:
+            self.define_block_arg(block, scope, arg)
+        ftype = FunctionType([a.type for a in block.args], self.types(syntax.result_types))
+        attrs = self.attributes(syntax.attrs)
+        attrs["sym_name"] = A.StringAttr(str(syntax.symbol)[1:])
+        attrs["function_type"] = A.TypeAttr(ftype)
+        func = FuncOp([], [], attrs, [], self.op_location(syntax))
+        region = Region()
+        self.fill_region(region, syntax.regions[0], scope, entry=block)
+        func.add_region(region)
+        return func
+
+    def define_block_arg(self, block: Block, scope: _Scope, arg) -> None:
+        value_token, type_token, _loc = arg
+        name = str(value_token)[1:]
+        if "#" in name:
+            raise self.fail(value_token, f"block argument %{name} cannot have a result number")
+        if scope.names.get(name) is not None:
+            raise self.fail(value_token, f"redefinition of SSA value '%{name}'")
+        scope.names[name] = block.add_argument(self.type(type_token), _hint(name))
+
+    def fill_region(self, region: Region, syntax, scope: _Scope, entry: Block | None = None) -> None:
+        """Add the blocks of `syntax` to `region`. A label starts a new block;
+        `entry` (a function's argument block) takes the ops before any label."""
+        _lbrace, items = syntax
+        blocks: list[Block] = [] if entry is None else [entry]
+        block = entry
+        for item in items:
+            if isinstance(item, tuple):
+                block = Block()
+                blocks.append(block)
+                for arg in item[2]:
+                    self.define_block_arg(block, scope, arg)
+                continue
+            if block is None:
+                block = Block()
+                blocks.append(block)
+            block.append(self.op(item, scope))
+        for block in blocks or [Block()]:
+            region.add_block(block)
+
+    def generic_or_custom(self, syntax: OpSyntax, scope: _Scope) -> Operation:
+        name = A.unquote_string(syntax.name) if syntax.kind == "generic" else str(syntax.name)
+        op_class = lookup_op_class(name)
+        if op_class is None:
+            raise self.fail(syntax.name, f"unknown operation '{name}'")
+        attrs = self.attributes(syntax.attrs)
+        if syntax.symbol is not None:
+            if op_class.custom_symbol is None:
+                raise self.fail(syntax.symbol, f"'{name}' takes no symbol operand")
+            attrs[op_class.custom_symbol] = A.SymbolRefAttr(str(syntax.symbol)[1:])
+
+        operands = [self.use(token, scope) for token in syntax.operands]
+        if syntax.operand_types is not None:
+            declared = self.types(syntax.operand_types)
+            if len(declared) != len(operands):
+                raise self.fail(
+                    syntax.name,
+                    f"'{name}' has {len(operands)} operand{'s' * (len(operands) != 1)} but {len(declared)} operand type{'s' * (len(declared) != 1)}",
+                )
+            for token, value, want in zip(syntax.operands, operands, declared):
+                if value.type is not want:
+                    raise self.fail(token, f"use of value '{token}' expects type {want}, but it has type {value.type}")
+
+        result_names = self.result_names(syntax.results)
+        if syntax.result_types is not None:
+            result_types = self.types(syntax.result_types)
+        elif not result_names:
+            result_types = []
+        else:
+            result_types = self.infer(op_class, operands, attrs, syntax)
+        if len(result_names) != len(result_types):
+            raise self.fail(
+                syntax.token,
+                f"'{name}' defines {len(result_names)} result name{'s' * (len(result_names) != 1)} "
+                f"but has {len(result_types)} result type{'s' * (len(result_types) != 1)}",
+            )
+
+        op = op_class(operands, result_types, attrs, [], self.op_location(syntax))
+        isolated = op.has_trait(_isolated_trait())
+        for region_syntax in syntax.regions:
+            region = Region()
+            self.fill_region(region, region_syntax, _Scope(scope, isolated))
+            op.add_region(region)
+        for (hint, token), result in zip(result_names, op.results):
+            result.name_hint = hint
+        self.define_results(syntax.results, op, scope)
+        return op
+
+    def infer(self, op_class, operands, attrs, syntax):
+        from .verifier import check_attributes
+        from .ir import VerifyError
+
+        try:
+            check_attributes(op_class, attrs)
+            return op_class.infer_result_types([v.type for v in operands], attrs)
+        except VerifyError as exc:
+            raise self.fail(syntax.token, f"'{op_class.name}' op {exc}") from None
+
+    def result_names(self, token) -> list[tuple[str | None, object]]:
+        if token is None:
+            return []
+        text = str(token).rstrip()[:-1].strip()
+        if "," in text:
+            return [(_hint(part.strip()[1:]), token) for part in text.split(",")]
+        name, _, count = text[1:].partition(":")
+        count = int(count) if count else 1
+        return [(_hint(name), token)] + [(None, token)] * (count - 1)
+
+    def define_results(self, token, op: Operation, scope: _Scope) -> None:
+        if token is None:
+            return
+        text = str(token).rstrip()[:-1].strip()
+        if "," in text:
+            names = [part.strip()[1:] for part in text.split(",")]
+            entries = [(n, r) for n, r in zip(names, op.results)]
+        else:
+            name = text[1:].partition(":")[0]
+            entries = [(name, op.results[0] if len(op.results) == 1 else tuple(op.results))]
+        for name, value in entries:
+            if scope.lookup(name) is not None or scope.names.get(name) is not None:
+                raise self.fail(token, f"redefinition of SSA value '%{name}'")
+            scope.names[name] = value
+
+    def use(self, token, scope: _Scope):
+        text = str(token)[1:]
+        name, _, number = text.partition("#")
+        found = scope.lookup(name)
+        if found is None:
+            raise self.fail(token, f"use of undefined value '%{name}'")
+        if isinstance(found, tuple):
+            if not number:
+                raise self.fail(token, f"'%{name}' names {len(found)} results; pick one with '%{name}#N'")
+            index = int(number)
+            if index >= len(found):
+                raise self.fail(token, f"result number {index} is out of range: '%{name}' has {len(found)} results")
+            return found[index]
+        if number:
+            if int(number) != 0:
+                raise self.fail(token, f"'%{name}' has a single result, not #{number}")
+        return found
+
+
+@functools.lru_cache(maxsize=1)
+def _isolated_trait():
+    from .traits import IsolatedFromAbove
+
+    return IsolatedFromAbove
+
+
+def _float_from_bits(bits: int, t: ScalarType, token, builder) -> float:
+    if t.bitwidth == 32:
+        return float(np.array(bits, dtype=np.uint32).view(np.float32))
+    if t.bitwidth == 64:
+        return float(np.array(bits, dtype=np.uint64).view(np.float64))
+    if t.name == "f16":
+        return float(np.array(bits, dtype=np.uint16).view(np.float16))
+    if t.name == "bf16":
+        return float(np.array(bits << 16, dtype=np.uint32).view(np.float32))
+    raise builder.fail(token, f"hex float literal for unsupported type {t}")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _describe_expected(expected) -> str:
+    names = sorted({_TERMINAL_NAMES.get(e, f"'{e.lower()}'" if e.isupper() and len(e) < 12 else e) for e in expected})
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return ", ".join(names)
+
+
+def _syntax_error(exc: lark.exceptions.UnexpectedInput, filename: str, line_offset: int) -> DiagnosticError:
+    line = getattr(exc, "line", 1)
+    column = getattr(exc, "column", 1)
+    if isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        char = exc.char if hasattr(exc, "char") else "?"
+        message = f"unexpected character '{char}'"
+    elif isinstance(exc, lark.exceptions.UnexpectedToken):
+        token = exc.token
+        if token.type == "$END":
+            message = f"unexpected end of input; expected {_describe_expected(exc.expected)}"
+            line, column = token.line or line, token.column or column
+        else:
+            message = f"unexpected {_TERMINAL_NAMES.get(token.type, repr(str(token)))} '{token}'; expected {_describe_expected(exc.expected)}"
+    else:
+        message = "unexpected end of input"
+    if line in (None, -1):
+        line, column = 1, 1
+    return error(FileLineColLoc(filename, line + line_offset, column), message)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0) -> Operation:
+    """Parse a whole file into a `builtin.module`. Raises `DiagnosticError`.
+
+    `line_offset` shifts reported lines, so that split-input chunks report
+    positions in the original file.
+    """
+    from fusecc.dialects import load_all
+
+    load_all()
+    # Parsing allocates many long-lived objects and no cycles; the cyclic
+    # collector would rescan them all repeatedly (40% of the time at 20k ops).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        items = _lark_parser().parse(text)
+        if isinstance(items, lark.Tree):
+            items = items.children
+        return _IRBuilder(filename, line_offset).module(list(items))
+    except lark.exceptions.UnexpectedInput as exc:
+        raise _syntax_error(exc, filename, line_offset) from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def split_input(text: str) -> list[tuple[str, int]]:
+    """Cut at `// -----` lines; returns (chunk, line offset of the chunk)."""
+    chunks, current, start = [], [], 0
+    for number, line in enumerate(text.split("\n")):
+        if line.strip() == "// -----":
+            chunks.append(("\n".join(current), start))
+            current, start = [], number + 1
+        else:
+            current.append(line)
+    chunks.append(("\n".join(current), start))
+    return chunks

@@ -1,0 +1,389 @@
+"""Passes, the pass registry, pipelines and instrumentation.
+
+A pass is a frozen dataclass: its fields are its options
+(`tile{block=128x64 k=32}`), `name` is its command-line name and `anchor`
+the op it runs on (`builtin.module` or `func.func`). Pipelines use MLIR's
+syntax, `builtin.module(func.func(canonicalize,cse),fuse)`, or the short
+`canonicalize,cse{x=1},fuse`; a func-anchored pass at module level runs on
+every function.
+
+After every pass the module is verified; a failure names the pass. An
+exception escaping a pass is an internal compiler error naming the pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import io
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterable
+
+from .diagnostics import Diagnostic, DiagnosticEngine, DiagnosticError, InternalCompilerError, Severity
+from .ir import Operation
+from .printer import print_op
+from .verifier import verify
+
+
+class PipelineError(ValueError):
+    """A malformed pipeline string or an unknown pass/option."""
+
+
+@dataclass
+class PassContext:
+    """What passes may read besides the IR: where to report, and settings."""
+
+    diagnostics: DiagnosticEngine = dataclasses.field(default_factory=DiagnosticEngine)
+    target: str = "cpu"
+    explain: bool = False
+    statistics: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    anchor: ClassVar[str] = "builtin.module"
+
+    def run(self, op: Operation, context: PassContext) -> None:
+        raise NotImplementedError
+
+    def option_text(self) -> str:
+        fields = dataclasses.fields(self)
+        parts = [f"{f.name.replace('_', '-')}={_format_option(getattr(self, f.name))}" for f in fields]
+        return "{" + " ".join(parts) + "}" if parts else ""
+
+    def __str__(self) -> str:
+        return self.name + self.option_text()
+
+
+def _format_option(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+# --------------------------------------------------------------------------- registry
+
+# Pass name -> "module:Class". Modules are imported only when a pass is used.
+PASS_REGISTRY: dict[str, str] = {}
+
+
+def register_pass(name: str, target: str) -> None:
+    PASS_REGISTRY[name] = target
+
+
+def pass_class(name: str) -> type[Pass]:
+    _load_builtin_registry()
+    target = PASS_REGISTRY.get(name)
+    if target is None:
+        raise PipelineError(f"unknown pass '{name}'; see --list-passes")
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def all_pass_classes() -> list[type[Pass]]:
+    _load_builtin_registry()
+    return [pass_class(name) for name in sorted(PASS_REGISTRY)]
+
+
+def _load_builtin_registry() -> None:
+    importlib.import_module("fusecc.passes")
+
+
+def instantiate(name: str, options: dict[str, str]) -> Pass:
+    cls = pass_class(name)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, text in options.items():
+        field_name = key.replace("-", "_")
+        field = fields.get(field_name)
+        if field is None:
+            known = ", ".join(sorted(k.replace("_", "-") for k in fields)) or "none"
+            raise PipelineError(f"pass '{name}' has no option '{key}' (options: {known})")
+        values[field_name] = _convert_option(name, key, text, field)
+    return cls(**values)
+
+
+def _convert_option(pass_name: str, key: str, text: str, field: dataclasses.Field):
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    try:
+        if kind == "bool":
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind.startswith("tuple"):
+            return tuple(s for s in text.split(",") if s)
+    except ValueError:
+        raise PipelineError(f"option '{key}' of pass '{pass_name}' expects {kind}, got '{text}'") from None
+    return text
+
+
+# --------------------------------------------------------------------------- pipelines
+
+
+@dataclass
+class PassManager:
+    """Runs passes on ops named `anchor`; entries are passes or nested managers."""
+
+    anchor: str = "builtin.module"
+    entries: list[Any] = dataclasses.field(default_factory=list)
+
+    def add(self, entry) -> "PassManager":
+        self.entries.append(entry)
+        return self
+
+    def nest(self, anchor: str) -> "PassManager":
+        child = PassManager(anchor)
+        self.entries.append(child)
+        return child
+
+    def __str__(self) -> str:
+        return f"{self.anchor}({','.join(map(str, self.entries))})"
+
+    def passes(self) -> Iterable[Pass]:
+        for entry in self.entries:
+            if isinstance(entry, PassManager):
+                yield from entry.passes()
+            else:
+                yield entry
+
+
+def parse_pipeline(text: str) -> PassManager:
+    """Read `builtin.module(func.func(a,b{k=v}),c)` or the short `a,b{k=v},c`."""
+    parser = _PipelineParser(text.strip())
+    entries = parser.entries()
+    parser.expect_end()
+    if len(entries) == 1 and isinstance(entries[0], PassManager) and entries[0].anchor == "builtin.module":
+        return entries[0]
+    return PassManager("builtin.module", entries)
+
+
+class _PipelineParser:
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+
+    def fail(self, message: str) -> PipelineError:
+        return PipelineError(f"{message} at column {self.pos + 1} of pipeline '{self.text}'")
+
+    def peek(self) -> str:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def expect_end(self) -> None:
+        if self.peek():
+            raise self.fail(f"unexpected '{self.peek()}'")
+
+    def name(self) -> str:
+        self.peek()
+        start = self.pos
+        while self.pos < len(self.text) and (self.text[self.pos].isalnum() or self.text[self.pos] in "-_."):
+            self.pos += 1
+        if start == self.pos:
+            raise self.fail("expected a pass name")
+        return self.text[start : self.pos]
+
+    def entries(self) -> list:
+        out = []
+        if self.peek() in ("", ")"):
+            return out
+        while True:
+            out.append(self.entry())
+            if self.peek() != ",":
+                return out
+            self.pos += 1
+
+    def entry(self):
+        name = self.name()
+        nxt = self.peek()
+        if nxt == "(":
+            self.pos += 1
+            manager = PassManager(name, self.entries())
+            if self.peek() != ")":
+                raise self.fail("expected ')'")
+            self.pos += 1
+            return manager
+        options = {}
+        if nxt == "{":
+            self.pos += 1
+            end = self.text.find("}", self.pos)
+            if end < 0:
+                raise self.fail("unterminated '{'")
+            for item in self.text[self.pos : end].replace(",", " ").split():
+                key, eq, value = item.partition("=")
+                if not eq:
+                    value = "true"
+                options[key] = value
+            self.pos = end + 1
+        return instantiate(name, options)
+
+
+# --------------------------------------------------------------------------- instrumentation
+
+
+class Instrumentation:
+    def before_pass(self, p: Pass, op: Operation) -> None:
+        pass
+
+    def after_pass(self, p: Pass, op: Operation) -> None:
+        pass
+
+
+@dataclass
+class IRPrinting(Instrumentation):
+    """MLIR's --mlir-print-ir-{before,after}{,-all}."""
+
+    before: frozenset = frozenset()
+    after: frozenset = frozenset()
+    after_all: bool = False
+    before_all: bool = False
+    stream: Any = None
+    generic: bool = False
+
+    def _dump(self, when: str, p: Pass, op: Operation) -> None:
+        out = self.stream or sys.stderr
+        print(f"// -----// IR Dump {when} {type(p).__name__} ({p.name}) //----- //", file=out)
+        print(print_op(_module_of(op), generic=self.generic), file=out)
+
+    def before_pass(self, p, op):
+        if self.before_all or p.name in self.before:
+            self._dump("Before", p, op)
+
+    def after_pass(self, p, op):
+        if self.after_all or p.name in self.after:
+            self._dump("After", p, op)
+
+
+def _module_of(op: Operation) -> Operation:
+    while op.parent_op is not None:
+        op = op.parent_op
+    return op
+
+
+class Timing(Instrumentation):
+    """Wall time per pass plus named phases (parse, verify, output)."""
+
+    def __init__(self):
+        self.rows: dict[str, float] = {}
+        self._started: float = 0.0
+
+    def add(self, label: str, seconds: float) -> None:
+        self.rows[label] = self.rows.get(label, 0.0) + seconds
+
+    def phase(self, label: str):
+        timing = self
+
+        class _Phase:
+            def __enter__(self):
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timing.add(label, time.perf_counter() - self.start)
+
+        return _Phase()
+
+    def before_pass(self, p, op):
+        self._started = time.perf_counter()
+
+    def after_pass(self, p, op):
+        self.add(f"{type(p).__name__} ({p.name})", time.perf_counter() - self._started)
+
+    def report(self) -> str:
+        total = sum(self.rows.values()) or 1e-12
+        bar = "===" + "-" * 73 + "==="
+        lines = [bar, "Execution time report".center(79), bar, f"  Total Execution Time: {total:.4f} seconds", "", "  ----Wall Time----  ----Name----"]
+        for label, seconds in self.rows.items():
+            lines.append(f"  {seconds:8.4f} ({100 * seconds / total:5.1f}%)  {label}")
+        lines.append(f"  {total:8.4f} (100.0%)  Total")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_pipeline(
+    manager: PassManager,
+    module: Operation,
+    context: PassContext | None = None,
+    instrumentations: Iterable[Instrumentation] = (),
+    verify_each: bool = True,
+) -> None:
+    """Run `manager` on `module`. Raises DiagnosticError or InternalCompilerError."""
+    context = context or PassContext()
+    _run_manager(manager, module, context, list(instrumentations), verify_each)
+
+
+def _run_manager(manager: PassManager, op: Operation, context, instrumentations, verify_each) -> None:
+    if op.name != manager.anchor:
+        raise PipelineError(f"pipeline anchored on '{manager.anchor}' cannot run on '{op.name}'")
+    for entry in manager.entries:
+        if isinstance(entry, PassManager):
+            for child in _children_named(op, entry.anchor):
+                _run_manager(entry, child, context, instrumentations, verify_each)
+        elif entry.anchor in (op.name, "any"):
+            _run_pass(entry, op, context, instrumentations, verify_each)
+        else:
+            for child in _children_named(op, entry.anchor):
+                _run_pass(entry, child, context, instrumentations, verify_each)
+
+
+def _children_named(op: Operation, name: str) -> list[Operation]:
+    return [child for region in op.regions for block in region.blocks for child in block if child.name == name]
+
+
+def _run_pass(p: Pass, op: Operation, context, instrumentations, verify_each) -> None:
+    for instrumentation in instrumentations:
+        instrumentation.before_pass(p, op)
+    try:
+        p.run(op, context)
+    except DiagnosticError:
+        raise
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        raise InternalCompilerError(f"pass '{p.name}'", exc) from exc
+    for instrumentation in instrumentations:
+        instrumentation.after_pass(p, op)
+    if verify_each:
+        try:
+            verify(op)
+        except DiagnosticError as exc:
+            exc.diagnostic.attach_note(f"the IR was invalid after pass '{p.name}'; this is a compiler bug")
+            raise
+
+
+def list_passes() -> str:
+    out = io.StringIO()
+    for cls in all_pass_classes():
+        options = ", ".join(f"{f.name.replace('_', '-')}={_format_option(f.default)}" for f in dataclasses.fields(cls))
+        out.write(f"  {cls.name:<28} {cls.summary}\n")
+        if options:
+            out.write(f"  {'':<28}   options: {options}\n")
+    return out.getvalue()
+
+
+__all__ = [
+    "IRPrinting",
+    "Instrumentation",
+    "Pass",
+    "PassContext",
+    "PassManager",
+    "PipelineError",
+    "Timing",
+    "instantiate",
+    "list_passes",
+    "parse_pipeline",
+    "pass_class",
+    "register_pass",
+    "run_pipeline",
+]

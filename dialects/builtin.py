@@ -1,0 +1,34 @@
+"""The `builtin` dialect: the module that holds a program's functions."""
+
+from __future__ import annotations
+
+from fusecc.compiler.ir import STRING, AttrDef, Block, Operation, Region, register_op
+from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, SymbolTable
+
+
+@register_op
+class ModuleOp(Operation):
+    """`module { ... }`: a symbol table of functions; its block has no terminator."""
+
+    name = "builtin.module"
+    traits = frozenset({SymbolTable, IsolatedFromAbove, NoTerminator})
+    attr_defs = (AttrDef("sym_name", STRING),)
+    region_count = 1
+
+    @classmethod
+    def build(cls, ops=()) -> "ModuleOp":
+        module = cls([], [], {}, [Region([Block()])])
+        for op in ops:
+            module.body.append(op)
+        return module
+
+    def functions(self) -> list[Operation]:
+        from .func import FuncOp
+
+        return [op for op in self.body if isinstance(op, FuncOp)]
+
+    def lookup(self, name: str) -> Operation | None:
+        for op in self.body:
+            if op.attributes.get("sym_name") is not None and op.attr("sym_name") == name:
+                return op
+        return None

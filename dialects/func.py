@@ -1,0 +1,130 @@
+"""The `func` dialect: functions, calls and returns."""
+
+from __future__ import annotations
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.ir import (
+    REQUIRED,
+    STRING,
+    SYMBOL,
+    TYPE,
+    AttrDef,
+    Block,
+    Operation,
+    OperandDef,
+    Region,
+    ResultDef,
+    VerifyError,
+    lookup_symbol,
+    register_op,
+)
+from fusecc.compiler.traits import IsolatedFromAbove, Symbol, Terminator
+from fusecc.compiler.types import FunctionType
+
+
+@register_op
+class FuncOp(Operation):
+    """`func.func @name(%x: T, ...) -> R { ... }`."""
+
+    name = "func.func"
+    traits = frozenset({Symbol, IsolatedFromAbove})
+    attr_defs = (
+        AttrDef("sym_name", STRING, REQUIRED),
+        AttrDef("function_type", TYPE, REQUIRED),
+    )
+    region_count = 1
+
+    @classmethod
+    def build(cls, name: str, function_type: FunctionType, arg_names=None, location=None) -> "FuncOp":
+        block = Block()
+        for i, t in enumerate(function_type.inputs):
+            block.add_argument(t, arg_names[i] if arg_names else None)
+        attrs = {"sym_name": A.StringAttr(name), "function_type": A.TypeAttr(function_type)}
+        kwargs = {"location": location} if location is not None else {}
+        return cls([], [], attrs, [Region([block])], **kwargs)
+
+    @property
+    def sym_name(self) -> str:
+        return self.attr("sym_name")
+
+    @property
+    def function_type(self) -> FunctionType:
+        return self.attr("function_type")
+
+    @property
+    def arguments(self):
+        return self.body.args
+
+    def verify_(self) -> None:
+        function_type = self.function_type
+        if not isinstance(function_type, FunctionType):
+            raise VerifyError("'function_type' must be a function type")
+        if len(self.regions) != 1 or len(self.regions[0].blocks) != 1:
+            raise VerifyError("expects a body of exactly one block")
+        args = self.body.args
+        if len(args) != len(function_type.inputs):
+            raise VerifyError(f"has {len(args)} arguments but its type lists {len(function_type.inputs)}")
+        for i, (arg, expected) in enumerate(zip(args, function_type.inputs)):
+            if arg.type is not expected:
+                raise VerifyError(f"argument {i} has type {arg.type} but the function type says {expected}")
+        last = self.body.last_op
+        if not isinstance(last, ReturnOp):
+            raise VerifyError(f"function @{self.sym_name} must end with 'func.return'")
+
+
+@register_op
+class ReturnOp(Operation):
+    """`func.return %a, %b : T1, T2`."""
+
+    name = "func.return"
+    traits = frozenset({Terminator})
+    operand_defs = (OperandDef("values", variadic=True),)
+
+    def verify_(self) -> None:
+        func = self.parent_op
+        if not isinstance(func, FuncOp):
+            raise VerifyError("'func.return' must be directly inside a 'func.func'")
+        if self.next_op is not None:
+            raise VerifyError("'func.return' must be the last op of its block")
+        expected = func.function_type.results
+        if len(self.operands) != len(expected):
+            raise VerifyError(
+                f"returns {len(self.operands)} value{'s' * (len(self.operands) != 1)}, "
+                f"but @{func.sym_name} declares {len(expected)} result{'s' * (len(expected) != 1)}"
+            )
+        for i, (value, want) in enumerate(zip(self.operands, expected)):
+            if value.type is not want:
+                raise VerifyError(f"returned value {i} has type {value.type} but @{func.sym_name} declares {want}")
+
+
+@register_op
+class CallOp(Operation):
+    """`%r = func.call @f(%a, %b) : (A, B) -> R`."""
+
+    name = "func.call"
+    custom_symbol = "callee"
+    operand_defs = (OperandDef("args", variadic=True),)
+    result_defs = (ResultDef("outputs", variadic=True),)
+    attr_defs = (AttrDef("callee", SYMBOL, REQUIRED),)
+
+    @property
+    def callee(self) -> str:
+        return self.attributes["callee"].value
+
+    def resolve(self) -> FuncOp | None:
+        found = lookup_symbol(self, self.callee)
+        return found if isinstance(found, FuncOp) else None
+
+    def verify_(self) -> None:
+        target = self.resolve()
+        if target is None:
+            raise VerifyError(f"calls @{self.callee}, which is not a function of this module")
+        ftype = target.function_type
+        actual_inputs = tuple(v.type for v in self.operands)
+        if actual_inputs != ftype.inputs:
+            raise VerifyError(
+                f"argument types ({', '.join(map(str, actual_inputs))}) do not match "
+                f"@{self.callee}'s ({', '.join(map(str, ftype.inputs))})"
+            )
+        if tuple(self.result_types) != ftype.results:
+            raise VerifyError(f"result types do not match @{self.callee}'s {FunctionType((), ftype.results)}")

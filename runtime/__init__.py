@@ -1,0 +1,1 @@
+"""Execution: the numpy reference interpreter and the CPU and CUDA runtimes."""

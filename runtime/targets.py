@@ -1,0 +1,82 @@
+"""Where `fusecc run` executes a program.
+
+Each target is a name and a runner; a target that is not built yet, or
+cannot run on this machine, says so plainly instead of failing deep inside.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from fusecc.compiler.diagnostics import DiagnosticEngine
+from fusecc.compiler.ir import Operation
+
+
+class TargetUnavailable(Exception):
+    """The target cannot run here; the message says why and what to use."""
+
+
+class Target:
+    name = ""
+
+    def available(self) -> str | None:
+        """None when usable, else the reason it is not."""
+        return None
+
+    def run(self, module: Operation, entry: str, inputs: Sequence[np.ndarray], engine: DiagnosticEngine) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+class ReferenceTarget(Target):
+    name = "reference"
+
+    def run(self, module, entry, inputs, engine):
+        from .reference import evaluate
+
+        return evaluate(module, entry, inputs)
+
+
+class PlannedTarget(Target):
+    """A target whose implementation has not landed yet."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def available(self):
+        return f"target '{self.name}' is not implemented yet; use --target reference"
+
+
+_TARGETS: dict[str, Callable[[], Target]] = {
+    "reference": ReferenceTarget,
+    "cpu": lambda: PlannedTarget("cpu"),
+    "cuda": lambda: PlannedTarget("cuda"),
+}
+TARGET_NAMES = tuple(_TARGETS)
+
+
+def register_target(name: str, factory: Callable[[], Target]) -> None:
+    _TARGETS[name] = factory
+
+
+def default_target_name() -> str:
+    """cuda when a GPU is usable, else cpu, else the reference."""
+    for name in ("cuda", "cpu"):
+        if _TARGETS[name]().available() is None:
+            return name
+    return "reference"
+
+
+def get(name: str | None) -> Target:
+    from fusecc.tools.common import ToolError
+
+    name = name or default_target_name()
+    factory = _TARGETS.get(name)
+    if factory is None:
+        raise ToolError(f"unknown target '{name}'; choose one of {', '.join(_TARGETS)}")
+    target = factory()
+    problem = target.available()
+    if problem:
+        raise ToolError(problem)
+    return target

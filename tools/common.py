@@ -1,0 +1,85 @@
+"""What the command-line tools share: reading input, reporting errors.
+
+The contract with users: a problem in their input is printed as
+`file:line:col: error: ...` with the line and a caret, and the tool exits
+with 1; a bug in fusecc is printed as an internal error naming the pass or
+phase (exit 2). Python tracebacks appear only with FUSECC_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError, SourceManager, render
+
+EXIT_USER_ERROR = 1
+EXIT_INTERNAL_ERROR = 2
+
+
+class ToolError(Exception):
+    """A usage problem (missing file, bad option) reported as `tool: error: ...`."""
+
+
+def read_source(path: str) -> tuple[str, str]:
+    """(text, display name) of a file, or of stdin for '-'."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    except FileNotFoundError:
+        raise ToolError(f"could not open input file '{path}': no such file") from None
+    except IsADirectoryError:
+        raise ToolError(f"could not open input file '{path}': it is a directory") from None
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"input file '{path}' is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ToolError(f"could not open input file '{path}': {exc.strerror}") from None
+
+
+def write_output(path: str | None, text: str) -> None:
+    if path in (None, "-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise ToolError(f"could not write '{path}': {exc.strerror}") from None
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("FUSECC_DEBUG", "") not in ("", "0")
+
+
+def guarded_main(tool: str, body: Callable[[DiagnosticEngine], int], sources: SourceManager | None = None) -> int:
+    """Run a tool's body, turning every failure into a message and exit code."""
+    engine = DiagnosticEngine(sources or SourceManager())
+    try:
+        return body(engine)
+    except DiagnosticError as exc:
+        print(render(exc.diagnostic, engine.sources), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except ToolError as exc:
+        print(f"{tool}: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except InternalCompilerError as exc:
+        if debug_enabled():
+            raise
+        print(f"{tool}: {exc}", file=sys.stderr)
+        print(f"{tool}: note: this is a bug in fusecc; rerun with FUSECC_DEBUG=1 for a traceback", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+    except KeyboardInterrupt:
+        print(f"{tool}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # the last line of defence: never a raw traceback
+        if debug_enabled():
+            raise
+        print(f"{tool}: internal compiler error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{tool}: note: this is a bug in fusecc; rerun with FUSECC_DEBUG=1 for a traceback", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR

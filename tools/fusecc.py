@@ -1,0 +1,183 @@
+"""fusecc: the compiler driver.
+
+    fusecc model.ir [-o kernels.cu] [--emit=LEVEL] [--arch sm_90] ...
+    fusecc run model.ir [--inputs in.npz] [-o out.npz] [--target T] [--entry NAME] [--random-inputs]
+    fusecc explain model.ir [--target h200|a100|cpu]
+    fusecc report model.ir [--target h200|a100|cpu] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from fusecc.compiler.diagnostics import DiagnosticEngine, SourceManager
+from fusecc.compiler.ir import Operation
+from fusecc.compiler.parser import parse_module
+from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
+from fusecc.compiler.printer import print_op
+from fusecc.compiler.verifier import verify
+from fusecc.passes.pipelines import EMIT_LEVELS, pipeline_for_level
+from fusecc.runtime import targets
+
+from .common import ToolError, guarded_main, read_source, write_output
+
+SUBCOMMANDS = ("run", "explain", "report")
+
+
+def load(path: str, engine: DiagnosticEngine) -> Operation:
+    text, filename = read_source(path)
+    engine.sources.add(filename, text)
+    module = parse_module(text, filename)
+    verify(module)
+    return module
+
+
+def entry_function(module: Operation, requested: str | None) -> Operation:
+    functions = module.functions()
+    if not functions:
+        raise ToolError("the module has no functions")
+    if requested is not None:
+        found = module.lookup(requested.lstrip("@"))
+        if found is None or found.name != "func.func":
+            names = ", ".join("@" + f.sym_name for f in functions)
+            raise ToolError(f"no function @{requested.lstrip('@')} (functions: {names})")
+        return found
+    return module.lookup("main") or functions[0]
+
+
+# --------------------------------------------------------------------------- compile
+
+
+def compile_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fusecc",
+        description="Compile a tensor program. Subcommands: run, explain, report (see 'fusecc run -h').",
+    )
+    p.add_argument("input", help="the program (.ir), or - for stdin")
+    p.add_argument("-o", dest="output", default=None, help="output file (default stdout)")
+    p.add_argument("--emit", choices=list(EMIT_LEVELS), default=None, help="print the program at this level instead of CUDA C")
+    p.add_argument("--arch", choices=("sm_80", "sm_90"), default="sm_90", help="CUDA architecture (default sm_90)")
+    p.add_argument("--target", choices=("h200", "a100", "cpu"), default=None, help="hardware model for fusion and tiling")
+    p.add_argument("--print-debuginfo", action="store_true", help="print locations with --emit")
+    p.add_argument("--resource-usage", action="store_true", help="print registers and spills per CUDA kernel")
+    return p
+
+
+def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    args = compile_parser().parse_args(argv)
+    module = load(args.input, engine)
+    level = args.emit or "cuda"
+    target = args.target or ("cpu" if level in ("llvm",) else "h200")
+    try:
+        pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))
+    except PipelineError as exc:
+        raise ToolError(f"--emit={level} is not available yet: {exc}") from None
+    run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
+    emitter = EMIT_LEVELS[level].emitter
+    text = emitter(module, args) if emitter else print_op(module, debuginfo=args.print_debuginfo)
+    write_output(args.output, text)
+    return 0
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fusecc run", description="Run a program's entry function.")
+    p.add_argument("input", help="the program (.ir)")
+    p.add_argument("--inputs", default=None, help=".npz with the arguments, by name (x for %%x) or as arg0, arg1, ...")
+    p.add_argument("-o", dest="output", default=None, help=".npz to write result0, result1, ... (default: print a summary)")
+    p.add_argument("--target", default=None, help=f"where to run: {', '.join(targets.TARGET_NAMES)} (default: cuda with a GPU, else cpu)")
+    p.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
+    p.add_argument("--random-inputs", action="store_true", help="fill missing inputs with seeded random data")
+    p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
+    return p
+
+
+def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: int) -> list[np.ndarray]:
+    from fusecc.runtime.reference import random_input
+
+    provided: dict[str, np.ndarray] = {}
+    if path is not None:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                provided = {k: data[k] for k in data.files}
+        except FileNotFoundError:
+            raise ToolError(f"could not open inputs file '{path}': no such file") from None
+        except (OSError, ValueError) as exc:
+            raise ToolError(f"could not read inputs file '{path}' as .npz: {exc}") from None
+    rng = np.random.default_rng(seed)
+    values = []
+    for index, (arg, t) in enumerate(zip(func.arguments, func.function_type.inputs)):
+        for key in (arg.name_hint, f"arg{index}"):
+            if key and key in provided:
+                values.append(provided[key])
+                break
+        else:
+            if not random_inputs:
+                name = f"'{arg.name_hint}' or " if arg.name_hint else ""
+                raise ToolError(f"missing input {name}'arg{index}' ({t}); give it in --inputs or use --random-inputs")
+            values.append(random_input(t, rng))
+    return values
+
+
+def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    args = run_parser().parse_args(argv)
+    module = load(args.input, engine)
+    func = entry_function(module, args.entry)
+    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
+    target = targets.get(args.target)
+    results = target.run(module, func.sym_name, inputs, engine)
+    if args.output:
+        try:
+            np.savez(args.output, **{f"result{i}": r for i, r in enumerate(results)})
+        except OSError as exc:
+            raise ToolError(f"could not write '{args.output}': {exc.strerror}") from None
+    else:
+        for i, r in enumerate(results):
+            flat = np.asarray(r).reshape(-1)
+            preview = ", ".join(f"{v:.6g}" if flat.dtype.kind == "f" else str(v) for v in flat[:6])
+            print(f"result{i}: shape {list(np.shape(r))} {np.asarray(r).dtype} [{preview}{', ...' if flat.size > 6 else ''}]")
+    return 0
+
+
+# --------------------------------------------------------------------------- explain / report
+
+
+def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    from fusecc.passes import reporting
+
+    p = argparse.ArgumentParser(prog="fusecc explain", description="Explain every fusion decision as remarks.")
+    p.add_argument("input")
+    p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
+    args = p.parse_args(argv)
+    module = load(args.input, engine)
+    return reporting.explain(module, args.target, engine)
+
+
+def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    from fusecc.passes import reporting
+
+    p = argparse.ArgumentParser(prog="fusecc report", description="Kernels, bytes, memory and time before and after fusion.")
+    p.add_argument("input")
+    p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    args = p.parse_args(argv)
+    module = load(args.input, engine)
+    write_output(None, reporting.report(module, args.target, as_json=args.json, engine=engine))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    body = {"run": run_main, "explain": explain_main, "report": report_main}.get(argv[0] if argv else "", None)
+    if body is not None:
+        return guarded_main(f"fusecc {argv[0]}", lambda engine: body(argv[1:], engine), SourceManager())
+    return guarded_main("fusecc", lambda engine: compile_main(argv, engine), SourceManager())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

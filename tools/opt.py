@@ -1,0 +1,138 @@
+"""fusecc-opt: run pass pipelines on IR files, like mlir-opt.
+
+    fusecc-opt [FILE|-] [-p PIPELINE | --pass-pipeline=PIPELINE] [-o OUT]
+               [--print-generic] [--print-debuginfo] [--split-input-file]
+               [--verify-diagnostics] [--print-ir-after-all]
+               [--print-ir-before=PASS] [--print-ir-after=PASS]
+               [--timing] [--list-passes] [--explain-fusion] [--target T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fusecc.compiler.diagnostics import Diagnostic, DiagnosticEngine, DiagnosticError, SourceManager, render
+from fusecc.compiler.parser import parse_module, split_input
+from fusecc.compiler.pass_manager import (
+    IRPrinting,
+    PassContext,
+    PipelineError,
+    Timing,
+    list_passes,
+    parse_pipeline,
+    run_pipeline,
+)
+from fusecc.compiler.printer import print_op
+from fusecc.compiler.verifier import verify
+
+from . import verify_diagnostics
+from .common import EXIT_USER_ERROR, ToolError, guarded_main, read_source, write_output
+
+TARGETS = ("h200", "a100", "cpu")
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fusecc-opt", description="Run fusecc pass pipelines on textual IR.")
+    parser.add_argument("input", nargs="?", default="-", help="input file, or - for stdin (default)")
+    parser.add_argument("-p", "--pass-pipeline", dest="pipeline", default="", help="passes to run, e.g. 'canonicalize,cse' or 'builtin.module(func.func(cse))'")
+    parser.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
+    parser.add_argument("--print-generic", action="store_true", help="print ops in the generic form")
+    parser.add_argument("--print-debuginfo", action="store_true", help="print locations")
+    parser.add_argument("--split-input-file", action="store_true", help="treat '// -----' as separating independent inputs")
+    parser.add_argument("--verify-diagnostics", action="store_true", help="check diagnostics against expected-* annotations")
+    parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (to stderr)")
+    parser.add_argument("--print-ir-before-all", action="store_true", help="print the IR before every pass (to stderr)")
+    parser.add_argument("--print-ir-before", action="append", default=[], metavar="PASS", help="print the IR before PASS")
+    parser.add_argument("--print-ir-after", action="append", default=[], metavar="PASS", help="print the IR after PASS")
+    parser.add_argument("--timing", action="store_true", help="print a per-pass timing report (to stderr)")
+    parser.add_argument("--list-passes", action="store_true", help="list registered passes and their options")
+    parser.add_argument("--explain-fusion", action="store_true", help="emit a remark for every fusion decision")
+    parser.add_argument("--target", choices=TARGETS, default="h200", help="hardware for cost-model decisions (default h200)")
+    parser.add_argument("--no-verify-each", action="store_true", help="skip verification after each pass")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    sources = SourceManager()
+    return guarded_main("fusecc-opt", lambda engine: _run(args, engine), sources)
+
+
+def _run(args, engine: DiagnosticEngine) -> int:
+    if args.list_passes:
+        sys.stdout.write("Available passes:\n" + list_passes())
+        return 0
+    try:
+        pipeline = parse_pipeline(args.pipeline)
+    except PipelineError as exc:
+        raise ToolError(str(exc)) from None
+    text, filename = read_source(args.input)
+    engine.sources.add(filename, text)
+    chunks = split_input(text) if args.split_input_file else [(text, 0)]
+    timing = Timing() if args.timing else None
+    outputs, failed = [], False
+    for chunk, offset in chunks:
+        output, ok = _process_chunk(args, engine, pipeline, chunk, filename, offset, timing)
+        failed |= not ok
+        if output is not None:
+            outputs.append(output)
+    write_output(args.output, "// -----\n".join(outputs))
+    if timing is not None:
+        print(timing.report(), file=sys.stderr)
+    return EXIT_USER_ERROR if failed else 0
+
+
+def _process_chunk(args, engine, pipeline, chunk, filename, offset, timing) -> tuple[str | None, bool]:
+    """Returns (printed IR or None, whether the chunk succeeded)."""
+    collected: list[Diagnostic] = []
+    if args.verify_diagnostics:
+        engine.handler = collected.append
+    instrumentations = []
+    if args.print_ir_after_all or args.print_ir_before_all or args.print_ir_after or args.print_ir_before:
+        instrumentations.append(
+            IRPrinting(
+                before=frozenset(args.print_ir_before),
+                after=frozenset(args.print_ir_after),
+                after_all=args.print_ir_after_all,
+                before_all=args.print_ir_before_all,
+                generic=args.print_generic,
+            )
+        )
+    if timing is not None:
+        instrumentations.append(timing)
+    context = PassContext(diagnostics=engine, target=args.target, explain=args.explain_fusion)
+    output = None
+    try:
+        with timing.phase("Parser") if timing else _null():
+            module = parse_module(chunk, filename, offset)
+        with timing.phase("Verifier") if timing else _null():
+            verify(module)
+        run_pipeline(pipeline, module, context, instrumentations, verify_each=not args.no_verify_each)
+        with timing.phase("Output") if timing else _null():
+            output = print_op(module, generic=args.print_generic, debuginfo=args.print_debuginfo)
+    except DiagnosticError as exc:
+        if not args.verify_diagnostics:
+            # Report and go on with the next chunk, as mlir-opt does.
+            print(render(exc.diagnostic, engine.sources), file=sys.stderr)
+            return None, False
+        collected.append(exc.diagnostic)
+    if not args.verify_diagnostics:
+        return output, True
+    expectations = verify_diagnostics.parse_expectations(chunk, offset)
+    problems = verify_diagnostics.check(expectations, collected, filename)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return output, not problems
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
