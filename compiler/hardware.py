@@ -1,0 +1,105 @@
+"""Hardware descriptions: the limits and speeds that fusion and tiling obey.
+
+Figures are from vendor datasheets (H200, A100 SXM) and from measurements
+on our 2-core CI machines (the `cpu` entry, see ../shared/toolchain-notes.md).
+The cost model, the tiler and the CUDA emitter all read these; nothing else
+hard-codes a hardware number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    kind: str  # "gpu" or "cpu"
+    arch: str  # "sm_90", "sm_80", or "x86-64"
+    memory_bandwidth: float  # bytes per second, sustained
+    peak_flops: float  # fp32 FLOP/s (non-tensor-core on GPUs)
+    peak_tensor_flops: float  # FLOP/s for f16/bf16 matmul on tensor cores; = peak_flops on CPU
+    launch_overhead: float  # seconds per kernel launch (or per parallel region on CPU)
+    registers_per_thread: int  # hardware maximum per thread
+    registers_per_sm: int
+    shared_memory_per_block: int  # bytes, the opt-in maximum
+    shared_memory_per_sm: int
+    max_threads_per_block: int
+    warp_size: int
+    sm_count: int  # streaming multiprocessors, or cores on a CPU
+    max_ops_per_group: int  # beyond this, compile time and register pressure grow without benefit
+    cache_bytes: int  # L2 (GPU) or last-level cache (CPU)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+
+H200 = Hardware(
+    name="h200",
+    kind="gpu",
+    arch="sm_90",
+    memory_bandwidth=4.8e12,
+    peak_flops=67e12,
+    peak_tensor_flops=989e12,
+    launch_overhead=4e-6,
+    registers_per_thread=255,
+    registers_per_sm=65536,
+    shared_memory_per_block=227 * 1024,
+    shared_memory_per_sm=228 * 1024,
+    max_threads_per_block=1024,
+    warp_size=32,
+    sm_count=132,
+    max_ops_per_group=64,
+    cache_bytes=50 * 1024 * 1024,
+)
+
+A100 = Hardware(
+    name="a100",
+    kind="gpu",
+    arch="sm_80",
+    memory_bandwidth=2.0e12,
+    peak_flops=19.5e12,
+    peak_tensor_flops=312e12,
+    launch_overhead=4e-6,
+    registers_per_thread=255,
+    registers_per_sm=65536,
+    shared_memory_per_block=163 * 1024,
+    shared_memory_per_sm=164 * 1024,
+    max_threads_per_block=1024,
+    warp_size=32,
+    sm_count=108,
+    max_ops_per_group=64,
+    cache_bytes=40 * 1024 * 1024,
+)
+
+# Our CI machine: 2 cores of an AVX-512 EPYC, ~25 GB/s DRAM copy, OpenBLAS
+# sgemm ~190 GFLOP/s on 2 threads. "Registers" are the 32 zmm registers of
+# 16 floats; "shared memory" is the per-core L2 a tile should fit in.
+CPU = Hardware(
+    name="cpu",
+    kind="cpu",
+    arch="x86-64",
+    memory_bandwidth=25e9,
+    peak_flops=190e9,
+    peak_tensor_flops=190e9,
+    launch_overhead=5e-6,
+    registers_per_thread=32 * 16,
+    registers_per_sm=32 * 16,
+    shared_memory_per_block=1024 * 1024,
+    shared_memory_per_sm=1024 * 1024,
+    max_threads_per_block=1,
+    warp_size=16,
+    sm_count=2,
+    max_ops_per_group=128,
+    cache_bytes=32 * 1024 * 1024,
+)
+
+HARDWARE = {h.name: h for h in (H200, A100, CPU)}
+
+
+def hardware(name: str) -> Hardware:
+    try:
+        return HARDWARE[name]
+    except KeyError:
+        raise ValueError(f"unknown hardware '{name}'; choose one of {', '.join(HARDWARE)}") from None
