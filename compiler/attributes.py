@@ -41,7 +41,8 @@ class FloatAttr(Attribute):
 
     def __str__(self) -> str:
         text = format_float(self.value)
-        return text if self.type is f32 else f"{text} : {self.type}"
+        # Hex (inf/nan) would read back as an integer without its type.
+        return text if self.type is f32 and not text.startswith("0x") else f"{text} : {self.type}"
 
 
 @dataclass(frozen=True, eq=True, repr=False)

@@ -33,7 +33,7 @@ start: operation*
 ?operation: custom_op | generic_op | func_op | module_op
 
 custom_op: [RESULTS] OP_NAME [custom_operands] [attr_dict] [type_sig] region* [loc]
-custom_operands: SYMBOL "(" [value_list] ")" -> symbol_operands
+custom_operands: SYMBOL ["(" [value_list] ")"] -> symbol_operands
                | value_list                  -> plain_operands
 generic_op: [RESULTS] STRING "(" [value_list] ")" [generic_regions] [attr_dict] ":" function_type [loc]
 func_op: FUNC_KW SYMBOL "(" [typed_arg ("," typed_arg)*] ")" ["->" result_types] ["attributes" attr_dict] region [loc]
@@ -206,7 +206,7 @@ class _Reader(lark.Transformer):
         return c
 
     def symbol_operands(self, c):
-        return (c[0], c[1] or ())
+        return (c[0], c[1] or ())  # `@k` alone, `@k()` and `@k(%a)` all parse
 
     def plain_operands(self, c):
         return (None, c[0])
@@ -567,7 +567,12 @@ class _IRBuilder:
         if syntax.symbol is not None:
             if op_class.custom_symbol is None:
                 raise self.fail(syntax.symbol, f"'{name}' takes no symbol operand")
-            attrs[op_class.custom_symbol] = A.SymbolRefAttr(str(syntax.symbol)[1:])
+            # A defining op (`loop.kernel @k`) names itself with a string, a
+            # using op (`func.call @f`) refers to a symbol.
+            definition = op_class._attr_index.get(op_class.custom_symbol)
+            name_only = str(syntax.symbol)[1:]
+            defines = definition is not None and definition.kind.label == "string"
+            attrs[op_class.custom_symbol] = A.StringAttr(name_only) if defines else A.SymbolRefAttr(name_only)
 
         operands = [self.use(token, scope) for token in syntax.operands]
         if syntax.operand_types is not None:

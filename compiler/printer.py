@@ -138,7 +138,10 @@ class Printer:
         head = self.define_results(op) + op.name
         skip = ()
         if op.custom_symbol is not None and op.custom_symbol in op.attributes:
-            head += f" {op.attributes[op.custom_symbol]}({self.uses(op.operands)})"
+            symbol = op.attributes[op.custom_symbol]
+            head += f" @{symbol.value}"
+            if op.operands or isinstance(symbol, A.SymbolRefAttr):
+                head += f"({self.uses(op.operands)})"
             skip = (op.custom_symbol,)
         elif op.operands:
             head += " " + self.uses(op.operands)

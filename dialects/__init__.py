@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-DIALECT_MODULES = ("builtin", "func", "tensor", "fusion")
+DIALECT_MODULES = ("builtin", "func", "tensor", "fusion", "arith", "math", "loop")
 
 
 def load_all() -> None:

@@ -1,0 +1,369 @@
+"""A Python interpreter for the loop level (`loop`, `arith`, `math`).
+
+It defines what loop IR means, so lowering passes can be tested
+differentially against the tensor-level reference, and both backends have
+an oracle. It is slow (one Python step per scalar op), so tests use small
+shapes.
+
+GPU semantics are kept exactly: the iterations of a thread-mapped
+`loop.parallel` run as coroutines that meet at `loop.barrier` and exchange
+values at `loop.shuffle_xor`; every thread must reach the same sequence of
+barriers and shuffles (uniform control flow), or the interpreter reports
+divergence. Out-of-bounds loads and stores are errors, not wrap-arounds,
+which catches lowering bugs that a compiled kernel would hide.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from fusecc.compiler.ir import Block, Operation, Value
+from fusecc.compiler.types import MemRefType, ScalarType, bf16, i1
+
+from .reference import InterpreterError, erf as erf_array, round_bf16, to_storage
+
+
+# --------------------------------------------------------------------------- scalars
+
+
+def scalar(value, t: ScalarType):
+    """A Python/numpy scalar of type `t`: np.float32 etc. for floats,
+    int for integers and index, bool for i1."""
+    if t.is_float:
+        if t is bf16:
+            return round_bf16(np.array([value], dtype=np.float32))[0]
+        return t.numpy_dtype.type(value)
+    if t is i1:
+        return bool(value)
+    return int(value)
+
+
+def _cast(value, t: ScalarType):
+    if t.is_float:
+        return scalar(np.float32(value) if not isinstance(value, bool) else float(value), t)
+    if t is i1:
+        return bool(value != 0)
+    if isinstance(value, (float, np.floating)):
+        if math.isnan(value) or math.isinf(value):
+            return 0
+        return int(math.trunc(value))
+    return int(value)
+
+
+def _div(a, b):
+    if isinstance(a, int) and not isinstance(a, bool):
+        if b == 0:
+            raise InterpreterError("integer division by zero")
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    with np.errstate(all="ignore"):
+        return a / b
+
+
+def _rem(a, b):
+    if b == 0:
+        raise InterpreterError("integer remainder by zero")
+    return a - _div(a, b) * b
+
+
+def _fmax(a, b):
+    if isinstance(a, np.floating):
+        return np.fmax(a, b)
+    return max(a, b)
+
+
+def _fmin(a, b):
+    if isinstance(a, np.floating):
+        return np.fmin(a, b)
+    return min(a, b)
+
+
+BINARY = {
+    "arith.add": lambda a, b: a + b,
+    "arith.sub": lambda a, b: a - b,
+    "arith.mul": lambda a, b: a * b,
+    "arith.div": _div,
+    "arith.rem": _rem,
+    "arith.max": _fmax,
+    "arith.min": _fmin,
+    "arith.and": lambda a, b: a & b,
+    "arith.or": lambda a, b: a | b,
+    "arith.xor": lambda a, b: a ^ b,
+    "math.pow": lambda a, b: np.power(a, b),
+}
+
+UNARY = {
+    "arith.neg": lambda x: -x,
+    "math.exp": np.exp,
+    "math.log": np.log,
+    "math.sqrt": np.sqrt,
+    "math.rsqrt": lambda x: type(x)(1) / np.sqrt(x),
+    "math.tanh": np.tanh,
+    "math.erf": lambda x: type(x)(erf_array(np.array([x]))[0]),
+    "math.abs": np.abs,
+}
+
+COMPARE = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+
+# --------------------------------------------------------------------------- buffers
+
+
+def storage_dtype(t: MemRefType) -> np.dtype:
+    """bf16 buffers hold raw 16-bit patterns, so byte sizes are the real ones."""
+    return np.dtype(np.uint16) if t.element_type is bf16 else t.element_type.numpy_dtype
+
+
+def view_bytes(raw: np.ndarray, offset: int, t: MemRefType) -> np.ndarray:
+    """A typed view of `t.byte_size` bytes of the uint8 array `raw` at `offset`."""
+    end = offset + t.byte_size
+    if offset < 0 or end > raw.size:
+        raise InterpreterError(f"view of bytes [{offset}, {end}) exceeds a buffer of {raw.size} bytes")
+    return raw[offset:end].view(storage_dtype(t)).reshape(t.shape)
+
+
+def as_bytes(array: np.ndarray) -> np.ndarray:
+    return array.reshape(-1).view(np.uint8)
+
+
+def to_buffer(array: np.ndarray, t: MemRefType) -> np.ndarray:
+    """A fresh buffer for `t` holding `array`'s values."""
+    values = to_storage(np.asarray(array), t.element_type)
+    if t.element_type is bf16:
+        bits = np.asarray(values, dtype=np.float32).view(np.uint32) >> 16
+        return np.ascontiguousarray(bits.astype(np.uint16)).reshape(t.shape)
+    return np.array(values, dtype=storage_dtype(t), copy=True).reshape(t.shape)
+
+
+def from_buffer(buffer: np.ndarray, t: MemRefType) -> np.ndarray:
+    if t.element_type is bf16:
+        return (buffer.astype(np.uint32) << 16).view(np.float32)
+    return buffer.copy()
+
+
+def _read(buffer: np.ndarray, indices, t: MemRefType):
+    value = buffer[indices]
+    if t.element_type is bf16:
+        return np.array([int(value) << 16], dtype=np.uint32).view(np.float32)[0]
+    return scalar(value, t.element_type)
+
+
+def _write(buffer: np.ndarray, indices, value, t: MemRefType) -> None:
+    if t.element_type is bf16:
+        buffer[indices] = int(np.array([value], dtype=np.float32).view(np.uint32)[0]) >> 16
+    else:
+        buffer[indices] = value
+
+
+def _check_bounds(op: Operation, indices: tuple, shape: tuple) -> None:
+    for axis, (i, d) in enumerate(zip(indices, shape)):
+        if not 0 <= i < d:
+            kind = "load" if op.name == "loop.load" else "store"
+            raise InterpreterError(f"out-of-bounds {kind} at {op.location}: index {i} of axis {axis} not in [0, {d})")
+
+
+# --------------------------------------------------------------------------- execution
+
+BARRIER = ("barrier",)
+
+
+class LoopInterpreter:
+    """Runs `loop.schedule` ops and the kernels they launch."""
+
+    def __init__(self, module: Operation):
+        self.module = module
+
+    # --- host side -------------------------------------------------------------
+    def run_schedule(self, name: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        schedule = self.module.lookup(name)
+        if schedule is None or schedule.name != "loop.schedule":
+            raise InterpreterError(f"no loop.schedule @{name} in the module")
+        inputs = list(inputs)
+        if len(inputs) != len(schedule.inputs):
+            raise InterpreterError(f"@{name} takes {len(schedule.inputs)} inputs, got {len(inputs)}")
+        arena = np.zeros(schedule.arena_size, dtype=np.uint8)
+        env: dict[Value, Any] = {}
+        for arg, array in zip(schedule.input_args, inputs):
+            if tuple(np.shape(array)) != arg.type.shape:
+                raise InterpreterError(f"input {arg.name_hint} has shape {list(np.shape(array))}, expected {list(arg.type.shape)}")
+            env[arg] = to_buffer(array, arg.type)
+        for arg in schedule.output_args:
+            env[arg] = np.zeros(arg.type.shape, dtype=storage_dtype(arg.type))
+        for op in schedule.body:
+            if op.name == "loop.arena_view":
+                env[op.result] = view_bytes(arena, op.offset, op.result.type)
+            elif op.name == "loop.view":
+                env[op.result] = view_bytes(as_bytes(env[op.source]), op.offset, op.result.type)
+            elif op.name == "loop.launch":
+                kernel = op.resolve()
+                self.run_kernel(kernel, [env[v] for v in op.operands])
+            elif op.name == "loop.copy":
+                as_bytes(env[op.target])[:] = as_bytes(env[op.source])
+            elif op.name == "loop.return":
+                break
+            else:
+                self.run_plain(op, env)
+        return [from_buffer(env[a], a.type) for a in schedule.output_args]
+
+    def run_kernel(self, kernel: Operation, args: Sequence[Any]) -> None:
+        env = dict(zip(kernel.body.args, args))
+        self._drain(self.run_block(kernel.body, env), f"kernel @{kernel.sym_name}")
+
+    @staticmethod
+    def _drain(gen: Iterator, where: str):
+        try:
+            token = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        raise InterpreterError(f"'{token[0]}' outside a thread-mapped loop in {where}")
+
+    # --- regions -----------------------------------------------------------------
+    def run_block(self, block: Block, env: dict) -> Iterator:
+        """Generator: yields barrier/shuffle requests; returns the yielded values."""
+        for op in block:
+            name = op.name
+            if name in ("loop.yield", "loop.return"):
+                return [env[v] for v in op.operands]
+            if name == "loop.parallel":
+                yield from self.run_parallel(op, env)
+            elif name == "loop.for":
+                results = yield from self.run_for(op, env)
+                env.update(zip(op.results, results))
+            elif name == "loop.if":
+                region = 0 if env[op.condition] else 1
+                results = yield from self.run_block(op.regions[region].block, env)
+                env.update(zip(op.results, results))
+            elif name == "loop.barrier":
+                yield BARRIER
+            elif name == "loop.shuffle_xor":
+                env[op.result] = yield ("shuffle", env[op.value], op.offset)
+            else:
+                self.run_plain(op, env)
+        return []
+
+    def run_for(self, op: Operation, env: dict) -> Iterator:
+        lower, upper, step = (env[v] for v in op.operands[:3])
+        if step <= 0:
+            raise InterpreterError(f"loop.for at {op.location} has a non-positive step {step}")
+        values = [env[v] for v in op.operands[3:]]
+        body = op.body
+        i = lower
+        while i < upper:
+            env[body.args[0]] = i
+            env.update(zip(body.args[1:], values))
+            values = yield from self.run_block(body, env)
+            i += step
+        return values
+
+    def run_parallel(self, op: Operation, env: dict) -> Iterator:
+        points = np.ndindex(*op.upper)
+        args = op.body.args
+        if not op.maps_threads:
+            for point in points:
+                env.update(zip(args, point))
+                yield from self.run_block(op.body, env)
+            return
+        # Threads of a block run as coroutines, phase by phase. They are
+        # numbered as CUDA does (x fastest), which decides warps and lanes.
+        extents = {m: u for m, u in zip(op.mapping, op.upper)}
+        bx, by = extents.get("thread.x", 1), extents.get("thread.y", 1)
+        threads: dict[int, Iterator] = {}
+        for point in points:
+            coords = dict(zip(op.mapping, point))
+            linear = coords.get("thread.x", 0) + bx * (coords.get("thread.y", 0) + by * coords.get("thread.z", 0))
+            thread_env = dict(env)
+            thread_env.update(zip(args, point))
+            threads[linear] = self.run_block(op.body, thread_env)
+        replies: dict[int, Any] = dict.fromkeys(threads)
+        live = sorted(threads)
+        while live:
+            requests = {}
+            finished = []
+            for t in live:
+                try:
+                    requests[t] = threads[t].send(replies[t])
+                except StopIteration:
+                    finished.append(t)
+            if finished and requests:
+                raise InterpreterError(f"divergent barrier or shuffle in the thread loop at {op.location}: some threads finished while others wait")
+            if not requests:
+                return
+            kinds = {r[0] for r in requests.values()}
+            if len(kinds) != 1:
+                raise InterpreterError(f"divergent control flow at {op.location}: threads wait at both a barrier and a shuffle")
+            if kinds == {"shuffle"}:
+                offsets = {r[2] for r in requests.values()}
+                if len(offsets) != 1:
+                    raise InterpreterError(f"threads shuffle with different offsets at {op.location}")
+                offset = offsets.pop()
+                for t in requests:
+                    partner = (t // 32) * 32 + ((t % 32) ^ offset)
+                    replies[t] = requests[partner][1] if partner in requests else requests[t][1]
+            else:
+                for t in requests:
+                    replies[t] = None
+            live = sorted(requests)
+
+    # --- ops without regions ---------------------------------------------------
+    def run_plain(self, op: Operation, env: dict) -> None:
+        name = op.name
+        fn = BINARY.get(name)
+        if fn is not None:
+            with np.errstate(all="ignore"):
+                env[op.result] = scalar(fn(env[op.operands[0]], env[op.operands[1]]), op.result.type)
+            return
+        fn = UNARY.get(name)
+        if fn is not None:
+            with np.errstate(all="ignore"):
+                env[op.result] = scalar(fn(env[op.operands[0]]), op.result.type)
+            return
+        if name == "loop.load":
+            t = op.buffer.type
+            guard = op.guard
+            if guard is not None and not env[guard]:
+                padding = op.attr("padding")
+                env[op.result] = scalar(0 if padding is None else padding, t.element_type)
+                return
+            indices = tuple(env[v] for v in op.indices)
+            _check_bounds(op, indices, t.shape)
+            env[op.result] = _read(env[op.buffer], indices, t)
+        elif name == "loop.store":
+            t = op.buffer.type
+            guard = op.guard
+            if guard is not None and not env[guard]:
+                return
+            indices = tuple(env[v] for v in op.indices)
+            _check_bounds(op, indices, t.shape)
+            _write(env[op.buffer], indices, env[op.value], t)
+        elif name == "arith.constant":
+            env[op.result] = scalar(op.attr("value").value, op.result.type)
+        elif name == "arith.cmp":
+            env[op.result] = bool(COMPARE[op.predicate](env[op.lhs], env[op.rhs]))
+        elif name == "arith.select":
+            env[op.result] = env[op.true_value] if env[op.condition] else env[op.false_value]
+        elif name == "arith.cast":
+            env[op.result] = _cast(env[op.input], op.result.type)
+        elif name == "loop.alloc":
+            t = op.result.type
+            env[op.result] = np.zeros(t.shape, dtype=storage_dtype(t))
+        elif name == "loop.constant":
+            t = op.result.type
+            env[op.result] = to_buffer(op.attr("value").array, t)
+        elif name == "loop.view":
+            env[op.result] = view_bytes(as_bytes(env[op.source]), op.offset, op.result.type)
+        else:
+            raise InterpreterError(f"the loop interpreter cannot run '{name}'")
+
+
+def run_schedule(module: Operation, name: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return LoopInterpreter(module).run_schedule(name, inputs)
