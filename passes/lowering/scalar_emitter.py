@@ -1,0 +1,398 @@
+"""From tensor values to scalar loop IR: the core of fused kernel generation.
+
+Given a fusion group's body and an index into one of its values, the
+emitter writes the scalar `arith`/`math`/`loop.load` code that computes that
+element, following producers back to the group's inputs:
+
+  * elementwise ops become their scalar formula (one table, `SCALAR_FORMULAS`),
+  * broadcasting and injective (layout) ops only transform the index
+    (transpose permutes it, reshape re-linearises it, slice scales and
+    shifts it, concat selects an input by range, broadcast drops or zeroes
+    dimensions),
+  * group inputs become loads from their buffers,
+  * constants become scalars (splats) or loads from a `loop.constant`,
+  * values the template computes itself (a reduction's result, a matmul's
+    accumulator) are supplied through `bind`, so epilogues are emitted by
+    the same code as everything else.
+
+Intermediates therefore never reach memory: they are recomputed per element
+as scalars (registers). An element computed twice at the same index is
+emitted once (memoised on the value and the index values).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.builder import Builder, InsertionPoint
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.traits import IsolatedFromAbove
+from fusecc.compiler.types import ScalarType, TensorType, f32, i1, index
+from fusecc.dialects import arith, loop, math as m
+from fusecc.dialects import tensor as T
+
+Index = Sequence[Value]
+
+
+class LoweringError(Exception):
+    """The emitter met an op it cannot express per element; names the op."""
+
+
+class IndexMath:
+    """Index arithmetic that folds constants as it goes, so simple kernels
+    stay readable without a later canonicalisation."""
+
+    def __init__(self, builder: Builder):
+        self.b = builder
+        self.known: dict[Value, int] = {}
+        self._constants: dict[int, Value] = {}
+
+    def const(self, value: int) -> Value:
+        found = self._constants.get(value)
+        if found is not None and visible_here(self.b, found):
+            return found
+        v = self.b.create(arith.ConstantOp, [], {"value": A.IntegerAttr(value, index)}).result
+        self.known[v] = value
+        self._constants[value] = v
+        return v
+
+    def value_of(self, v: Value) -> int | None:
+        return self.known.get(v)
+
+    def add(self, a: Value, b: Value) -> Value:
+        ka, kb = self.known.get(a), self.known.get(b)
+        if ka is not None and kb is not None:
+            return self.const(ka + kb)
+        if ka == 0:
+            return b
+        if kb == 0:
+            return a
+        return self.b.create(arith.AddOp, [a, b]).result
+
+    def mul(self, a: Value, b: Value) -> Value:
+        ka, kb = self.known.get(a), self.known.get(b)
+        if ka is not None and kb is not None:
+            return self.const(ka * kb)
+        if ka == 1:
+            return b
+        if kb == 1:
+            return a
+        if ka == 0 or kb == 0:
+            return self.const(0)
+        return self.b.create(arith.MulOp, [a, b]).result
+
+    def div(self, a: Value, divisor: int) -> Value:
+        ka = self.known.get(a)
+        if ka is not None:
+            return self.const(ka // divisor)
+        if divisor == 1:
+            return a
+        return self.b.create(arith.DivOp, [a, self.const(divisor)]).result
+
+    def rem(self, a: Value, divisor: int) -> Value:
+        ka = self.known.get(a)
+        if ka is not None:
+            return self.const(ka % divisor)
+        if divisor == 1:
+            return self.const(0)
+        return self.b.create(arith.RemOp, [a, self.const(divisor)]).result
+
+    def linearize(self, idx: Index, shape: Sequence[int]) -> Value:
+        flat = self.const(0)
+        for i, d in zip(idx, shape):
+            flat = self.add(self.mul(flat, self.const(d)), i)
+        return flat
+
+    def delinearize(self, flat: Value, shape: Sequence[int]) -> list[Value]:
+        out = []
+        for axis in range(len(shape) - 1, -1, -1):
+            d = shape[axis]
+            out.append(self.rem(flat, d) if axis > 0 else flat)
+            flat = self.div(flat, d)
+        out.reverse()
+        return out
+
+    def less_than(self, a: Value, bound: int) -> Value:
+        return self.b.create(arith.CmpOp, [a, self.const(bound)], {"predicate": "lt"}).result
+
+
+def visible_here(builder: Builder, value: Value) -> bool:
+    """May `value` be used at the builder's insertion point?
+
+    Kernel templates only ever insert forward, so a value is usable when its
+    block encloses the insertion block (within the same isolated op)."""
+    home = value.parent_block
+    block = builder.insertion_point.block
+    while block is not None:
+        if block is home:
+            return True
+        parent = block.parent_op
+        if parent is None or parent.has_trait(IsolatedFromAbove):
+            return False
+        block = parent.parent
+    return False
+
+
+def broadcast_index(idx: Index, result_shape: Sequence[int], operand_shape: Sequence[int], im: IndexMath) -> list[Value]:
+    """The operand element that numpy broadcasting reads for result index `idx`."""
+    offset = len(result_shape) - len(operand_shape)
+    return [im.const(0) if d == 1 and result_shape[offset + k] != 1 else idx[offset + k] for k, d in enumerate(operand_shape)]
+
+
+# --------------------------------------------------------------------------- scalar formulas
+
+
+class Scalars:
+    """Scalar op helpers on a builder (floats are f32 unless told)."""
+
+    def __init__(self, builder: Builder):
+        self.b = builder
+
+    def const(self, value, t: ScalarType = f32) -> Value:
+        return self.b.create(arith.ConstantOp, [], {"value": _number_attr(value, t)}).result
+
+    def op(self, op_class, *operands, **attrs) -> Value:
+        return self.b.create(op_class, list(operands), attrs or None).result
+
+    def add(self, a, b):
+        return self.op(arith.AddOp, a, b)
+
+    def sub(self, a, b):
+        return self.op(arith.SubOp, a, b)
+
+    def mul(self, a, b):
+        return self.op(arith.MulOp, a, b)
+
+    def div(self, a, b):
+        return self.op(arith.DivOp, a, b)
+
+    def max(self, a, b):
+        return self.op(arith.MaxOp, a, b)
+
+    def min(self, a, b):
+        return self.op(arith.MinOp, a, b)
+
+    def exp(self, x):
+        return self.op(m.ExpOp, x)
+
+    def tanh(self, x):
+        return self.op(m.TanhOp, x)
+
+    def sigmoid(self, x):
+        one = self.const(1.0, x.type)
+        return self.div(one, self.add(one, self.exp(self.op(arith.NegOp, x))))
+
+    def cast(self, x, t: ScalarType):
+        return self.b.create(arith.CastOp, [x], result_types=[t]).result
+
+
+def _number_attr(value, t: ScalarType) -> A.Attribute:
+    if t is i1:
+        return A.BoolAttr(bool(value))
+    if t.is_float:
+        return A.FloatAttr(float(value), t)
+    return A.IntegerAttr(int(value), t)
+
+
+def _gelu(s: Scalars, x: Value, op: Operation) -> Value:
+    # The same formula, in the same order, as runtime.reference.gelu.
+    half, one = s.const(0.5, x.type), s.const(1.0, x.type)
+    if op.attr("approximate") == "tanh":
+        cube = s.mul(s.mul(x, x), x)
+        inner = s.mul(s.const(math.sqrt(2.0 / math.pi), x.type), s.add(x, s.mul(s.const(0.044715, x.type), cube)))
+        return s.mul(s.mul(half, x), s.add(one, s.tanh(inner)))
+    erf = s.op(m.ErfOp, s.div(x, s.const(math.sqrt(2.0), x.type)))
+    return s.mul(s.mul(half, x), s.add(one, erf))
+
+
+def _abs(s: Scalars, x: Value, op: Operation) -> Value:
+    if x.type.is_float:
+        return s.op(m.AbsOp, x)
+    negative = s.op(arith.CmpOp, x, s.const(0, x.type), predicate="lt")
+    return s.op(arith.SelectOp, negative, s.op(arith.NegOp, x), x)
+
+
+def _relu(s: Scalars, x: Value, op: Operation) -> Value:
+    return s.max(x, s.const(0, x.type))
+
+
+# tensor op name -> builds the scalar result from scalar operands. The one
+# place that says what each elementwise op computes at the loop level.
+SCALAR_FORMULAS: dict[str, Callable[..., Value]] = {
+    "tensor.add": lambda s, op, a, b: s.add(a, b),
+    "tensor.sub": lambda s, op, a, b: s.sub(a, b),
+    "tensor.mul": lambda s, op, a, b: s.mul(a, b),
+    "tensor.div": lambda s, op, a, b: s.div(a, b),
+    "tensor.max": lambda s, op, a, b: s.max(a, b),
+    "tensor.min": lambda s, op, a, b: s.min(a, b),
+    "tensor.pow": lambda s, op, a, b: s.op(m.PowOp, a, b) if a.type.is_float else _int_pow(s, a, b),
+    "tensor.neg": lambda s, op, x: s.op(arith.NegOp, x),
+    "tensor.abs": lambda s, op, x: _abs(s, x, op),
+    "tensor.exp": lambda s, op, x: s.exp(x),
+    "tensor.log": lambda s, op, x: s.op(m.LogOp, x),
+    "tensor.sqrt": lambda s, op, x: s.op(m.SqrtOp, x),
+    "tensor.rsqrt": lambda s, op, x: s.op(m.RsqrtOp, x),
+    "tensor.tanh": lambda s, op, x: s.tanh(x),
+    "tensor.erf": lambda s, op, x: s.op(m.ErfOp, x),
+    "tensor.reciprocal": lambda s, op, x: s.div(s.const(1.0, x.type), x),
+    "tensor.relu": lambda s, op, x: _relu(s, x, op),
+    "tensor.sigmoid": lambda s, op, x: s.sigmoid(x),
+    "tensor.silu": lambda s, op, x: s.mul(x, s.sigmoid(x)),
+    "tensor.gelu": lambda s, op, x: _gelu(s, x, op),
+    "tensor.cast": lambda s, op, x: s.cast(x, op.result.type.element_type),
+    "tensor.cmp": lambda s, op, a, b: s.op(arith.CmpOp, a, b, predicate=op.attr("predicate")),
+    "tensor.select": lambda s, op, c, a, b: s.op(arith.SelectOp, c, a, b),
+}
+
+
+def _int_pow(s: Scalars, a: Value, b: Value) -> Value:
+    raise LoweringError("integer tensor.pow is not supported by the loop lowering")
+
+
+# Float ops that compute in f32 whatever their storage type (as the reference does).
+def _compute_type(t: ScalarType) -> ScalarType:
+    return f32 if t.is_float else t
+
+
+# --------------------------------------------------------------------------- the emitter
+
+
+class ScalarEmitter:
+    """Emits the scalar computation of group-body values at given indices.
+
+    `buffers` maps the group's block arguments to the memrefs they are read
+    from; `bind(value, fn)` supplies values the template computes itself,
+    as `fn(index) -> scalar`.
+    """
+
+    def __init__(self, builder: Builder, buffers: dict[Value, Value], im: IndexMath | None = None):
+        self.b = builder
+        self.buffers = dict(buffers)
+        self.im = im or IndexMath(builder)
+        self.s = Scalars(builder)
+        self.bound: dict[Value, Callable[[Index], Value]] = {}
+        self._memo: dict[tuple, Value] = {}
+        self._constants: dict[Value, Value] = {}
+
+    def bind(self, value: Value, fn: Callable[[Index], Value]) -> None:
+        self.bound[value] = fn
+
+    def at(self, value: Value, idx: Index) -> Value:
+        """The scalar (in compute precision: f32 for floats) of `value[idx]`."""
+        key = (value, tuple(idx))
+        found = self._memo.get(key)
+        if found is not None and visible_here(self.b, found):
+            return found
+        result = self._emit(value, list(idx))
+        self._memo[key] = result
+        return result
+
+    def _emit(self, value: Value, idx: list[Value]) -> Value:
+        fn = self.bound.get(value)
+        if fn is not None:
+            return fn(idx)
+        buffer = self.buffers.get(value)
+        if buffer is not None:
+            return self.load(buffer, idx)
+        op = value.defining_op
+        if op is None:
+            raise LoweringError(f"no buffer for a block argument of type {value.type}")
+        if isinstance(op, T.ConstantOp):
+            return self._constant(op, idx)
+        formula = SCALAR_FORMULAS.get(op.name)
+        if formula is not None:
+            shape = op.result.type.shape
+            operands = [self.at(v, broadcast_index(idx, shape, v.type.shape, self.im)) for v in op.operands]
+            return formula(self.s, op, *operands)
+        layout = getattr(self, "_layout_" + op.name.split(".")[1], None)
+        if layout is not None and op.name.startswith("tensor."):
+            return layout(op, idx)
+        raise LoweringError(f"'{op.name}' at {op.location} cannot be computed element by element; the kernel template must bind it")
+
+    def load(self, buffer: Value, idx: Index) -> Value:
+        t = buffer.type
+        raw = self.b.create(loop.LoadOp, [buffer, *idx], result_types=[t.element_type]).result
+        if t.element_type.is_float and t.element_type is not f32:
+            return self.s.cast(raw, f32)
+        return raw
+
+    def store(self, scalar: Value, buffer: Value, idx: Index, guard: Value | None = None) -> None:
+        t = buffer.type
+        if scalar.type is not t.element_type:
+            scalar = self.s.cast(scalar, t.element_type)
+        self.b.create(loop.StoreOp, [scalar, buffer, *idx, *([guard] if guard is not None else [])])
+
+    def _constant(self, op: Operation, idx: list[Value]) -> Value:
+        attr = op.attr("value")
+        element = attr.type.element_type
+        if attr.is_splat:
+            return self.s.const(attr.splat_value(), _compute_type(element))
+        buffer = self._constants.get(op.result)
+        if buffer is None:
+            buffer = self.b.create(loop.ConstantOp, [], {"value": attr}).result
+            self._constants[op.result] = buffer
+        return self.load(buffer, idx)
+
+    # --- layout ops: index maps ----------------------------------------------
+    def _layout_transpose(self, op, idx):
+        perm = op.attr("perm")
+        source = [None] * len(perm)
+        for out_axis, in_axis in enumerate(perm):
+            source[in_axis] = idx[out_axis]
+        return self.at(op.input, source)
+
+    def _layout_reshape(self, op, idx):
+        flat = self.im.linearize(idx, op.result.type.shape)
+        return self.at(op.input, self.im.delinearize(flat, op.input.type.shape))
+
+    def _layout_broadcast_to(self, op, idx):
+        return self.at(op.input, broadcast_index(idx, op.result.type.shape, op.input.type.shape, self.im))
+
+    def _layout_slice(self, op, idx):
+        source = []
+        for i, (lo, _hi, step, _n) in zip(idx, op.bounds()):
+            source.append(self.im.add(self.im.mul(i, self.im.const(step)), self.im.const(lo)))
+        return self.at(op.input, source)
+
+    def _layout_concat(self, op, idx):
+        axis = op.attr("axis") % op.result.type.rank
+        pieces = list(op.inputs)
+        # Select among the inputs by where idx[axis] falls; each branch loads
+        # only its own input, so no load is ever out of bounds.
+        return self._concat_from(op, pieces, idx, axis, 0)
+
+    def _concat_from(self, op, pieces, idx, axis, start):
+        first, rest = pieces[0], pieces[1:]
+        local = list(idx)
+        local[axis] = self.im.add(idx[axis], self.im.const(-start)) if start else idx[axis]
+        if not rest:
+            return self.at(first, local)
+        end = start + first.type.shape[axis]
+        inside = self.im.less_than(idx[axis], end)
+        result_type = _compute_type(op.result.type.element_type)
+        branch = self.b.insert(loop.IfOp.build(inside, [result_type]))
+        saved = self.b.insertion_point
+        self.b.set_insertion_point(InsertionPoint.at_end(branch.then_block))
+        self.b.create(loop.YieldOp, [self.at(first, local)])
+        self.b.set_insertion_point(InsertionPoint.at_end(branch.else_block))
+        self.b.create(loop.YieldOp, [self._concat_from(op, rest, idx, axis, end)])
+        self.b.set_insertion_point(saved)
+        return branch.results[0]
+
+
+def is_elementwise_computable(op: Operation) -> bool:
+    """Can the emitter compute this op per element without help?"""
+    return op.name in SCALAR_FORMULAS or isinstance(op, (T.ConstantOp, T.TransposeOp, T.ReshapeOp, T.BroadcastToOp, T.SliceOp, T.ConcatOp))
+
+
+__all__ = [
+    "IndexMath",
+    "LoweringError",
+    "SCALAR_FORMULAS",
+    "ScalarEmitter",
+    "Scalars",
+    "broadcast_index",
+    "is_elementwise_computable",
+]
