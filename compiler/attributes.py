@@ -153,6 +153,8 @@ class DenseElementsAttr(Attribute):
         return f"dense<{self.format_body()}> : {self.type}"
 
     def format_body(self) -> str:
+        if self.array.size == 0:
+            return ""
         if self.is_splat:
             return format_element(self.splat_value(), self.type.element_type)
         if self.array.size > self.HEX_THRESHOLD:
@@ -190,8 +192,17 @@ def format_element(value, element_type: ScalarType) -> str:
     return str(int(value))
 
 
-# Shortest-repr dtypes: bf16 values are exact float32 values.
-_SHORTEST_DTYPE = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "f64": np.float64}
+_SHORTEST_DTYPE = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def _shortest_bf16(value: float) -> str:
+    """Fewest digits that read back (rounded to bf16) as the same bf16 value."""
+    target = round_to_bf16(np.float32(value))
+    for digits in range(1, 10):
+        text = f"{value:.{digits}g}"
+        if round_to_bf16(np.float32(float(text))) == target:
+            return text
+    return repr(float(np.float32(value)))
 
 
 def format_float(value: float, type: ScalarType = f32, shortest: bool = False) -> str:
@@ -205,7 +216,12 @@ def format_float(value: float, type: ScalarType = f32, shortest: bool = False) -
     value = float(value)
     if not math.isfinite(value):
         return f"0x{float_to_bits(value, type):0{type.bitwidth // 4}X}"
-    text = str(_SHORTEST_DTYPE[type.name](value)) if shortest else repr(value)
+    if not shortest:
+        text = repr(value)
+    elif type is bf16:
+        text = _shortest_bf16(value)
+    else:
+        text = str(_SHORTEST_DTYPE[type.name](value))
     mantissa, e, exponent = text.lower().partition("e")
     if "." not in mantissa:
         mantissa += ".0"
