@@ -215,6 +215,9 @@ class _PipelineParser:
         name = self.name()
         nxt = self.peek()
         if nxt == "(":
+            from fusecc.dialects import load_all
+
+            load_all()
             if lookup_op_class(name) is None:
                 raise self.fail(f"'{name}' is not an operation to nest passes on (e.g. builtin.module, func.func)")
             self.pos += 1
@@ -225,10 +228,10 @@ class _PipelineParser:
             return manager
         options = {}
         if nxt == "{":
-            self.pos += 1
             end = self.text.find("}", self.pos)
             if end < 0:
                 raise self.fail("unterminated '{'")
+            self.pos += 1
             for key, value in _split_options(self.text[self.pos : end]):
                 if not key:
                     raise self.fail(f"option '={value}' has no name")
