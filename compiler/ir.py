@@ -286,7 +286,7 @@ class Operation:
     def infer_result_types(cls, operand_types: list[Type], attributes: dict[str, A.Attribute]) -> list[Type]:
         if not cls.result_defs:
             return []  # terminators and other ops without results
-        raise VerifyError(f"'{cls.name}' cannot infer its result types; give them explicitly")
+        raise VerifyError("cannot infer its result types; give them explicitly")
 
     has_type_inference: ClassVar[bool] = False
 

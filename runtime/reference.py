@@ -43,17 +43,18 @@ round_bf16 = round_to_bf16
 def to_storage(array, element: ScalarType) -> np.ndarray:
     """Convert a computed array to the storage dtype of `element`."""
     array = np.asarray(array)
-    if element.is_float:
-        as32 = array.astype(np.float32)
-        if element is bf16:
-            return round_bf16(as32)
-        return as32.astype(element.numpy_dtype)
-    if element.is_bool:
-        return array.astype(np.bool_)
-    if array.dtype.kind == "f":
-        with np.errstate(invalid="ignore"):
+    # Overflow to inf (f16) and NaN-to-integer casts are the defined results, not warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if element.is_float:
+            as32 = array.astype(np.float32)
+            if element is bf16:
+                return round_bf16(as32)
+            return as32.astype(element.numpy_dtype)
+        if element.is_bool:
+            return array.astype(np.bool_)
+        if array.dtype.kind == "f":
             array = np.trunc(array)
-    return array.astype(element.numpy_dtype)
+        return array.astype(element.numpy_dtype)
 
 
 def compute_view(array: np.ndarray) -> np.ndarray:
