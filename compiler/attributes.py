@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .types import FunctionType, ScalarType, ShapedType, TensorType, Type, f32, i1, i64
+from .types import FunctionType, ScalarType, ShapedType, TensorType, Type, bf16, f32, i1, i64, round_to_bf16
 
 
 class Attribute:
@@ -40,8 +40,8 @@ class FloatAttr(Attribute):
     type: ScalarType = f32
 
     def __str__(self) -> str:
-        text = format_float(self.value)
-        # Hex (inf/nan) would read back as an integer without its type.
+        text = format_float(self.value, self.type)
+        # Untyped floats mean f32, but an untyped hex literal means an integer.
         return text if self.type is f32 and not text.startswith("0x") else f"{text} : {self.type}"
 
 
@@ -104,8 +104,9 @@ class ArrayAttr(Attribute):
 class DenseElementsAttr(Attribute):
     """`dense<...> : tensor<...>`: a constant tensor held as a numpy array.
 
-    The array's dtype is the element type's storage dtype; it is read-only so
-    that sharing one attribute between ops is safe.
+    The array's dtype is the element type's storage dtype (bf16 values are
+    rounded to bf16 and stored as float32); it is read-only so that sharing
+    one attribute between ops is safe.
     """
 
     __slots__ = ("type", "array", "_hash")
@@ -118,7 +119,7 @@ class DenseElementsAttr(Attribute):
         array = np.asarray(array, dtype=type.element_type.numpy_dtype)
         if array.shape != tuple(type.shape):
             array = np.broadcast_to(array, type.shape)
-        array = np.array(array, copy=True)
+        array = round_to_bf16(array) if type.element_type is bf16 else np.array(array, copy=True)
         array.flags.writeable = False
         self.type = type
         self.array = array
@@ -152,11 +153,28 @@ class DenseElementsAttr(Attribute):
         return f"dense<{self.format_body()}> : {self.type}"
 
     def format_body(self) -> str:
+        if self.array.size == 0:
+            return ""
         if self.is_splat:
             return format_element(self.splat_value(), self.type.element_type)
         if self.array.size > self.HEX_THRESHOLD:
-            return f'"0x{self.array.astype(self.array.dtype.newbyteorder("<")).tobytes().hex().upper()}"'
+            return f'"0x{elements_to_bytes(self.array, self.type.element_type).hex().upper()}"'
         return _format_nested(self.array, self.type.element_type)
+
+
+def elements_to_bytes(array: np.ndarray, element_type: ScalarType) -> bytes:
+    """MLIR's raw little-endian layout of a dense hex blob (bf16 as 2 bytes)."""
+    if element_type is bf16:
+        return (np.ascontiguousarray(array, dtype=np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+
+
+def elements_from_bytes(raw: bytes, element_type: ScalarType) -> np.ndarray:
+    """Inverse of `elements_to_bytes`, flat; ValueError when `raw` has a ragged length."""
+    if element_type is bf16:
+        return (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    dtype = element_type.numpy_dtype
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype)
 
 
 def _format_nested(array: np.ndarray, element_type: ScalarType) -> str:
@@ -166,32 +184,78 @@ def _format_nested(array: np.ndarray, element_type: ScalarType) -> str:
 
 
 def format_element(value, element_type: ScalarType) -> str:
+    """One element of a dense literal, as short as its storage precision allows."""
     if element_type is i1:
         return "true" if value else "false"
     if element_type.is_float:
-        if element_type.bitwidth == 32 and element_type.name == "f32":
-            return format_float(float(np.float32(value)), single=True)
-        return format_float(float(value))
+        return format_float(value, element_type, shortest=True)
     return str(int(value))
 
 
-def format_float(value: float, single: bool = False) -> str:
-    """Shortest text that reads back to the same value, always with a '.'.
+_SHORTEST_DTYPE = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 
-    Infinities and NaN have no decimal spelling in MLIR, so they print as the
-    f32 bit pattern in hex, which the parser reads back for float types.
+
+def _shortest_bf16(value: float) -> str:
+    """Fewest digits that read back (rounded to bf16) as the same bf16 value."""
+    target = round_to_bf16(np.float32(value))
+    for digits in range(1, 10):
+        text = f"{value:.{digits}g}"
+        if round_to_bf16(np.float32(float(text))) == target:
+            return text
+    return repr(float(np.float32(value)))
+
+
+def format_float(value: float, type: ScalarType = f32, shortest: bool = False) -> str:
+    """MLIR's spelling of a float of `type`, always with a '.' or an exponent.
+
+    The text reads back to the same Python float, or with `shortest` to the
+    same value at the type's storage precision. Infinities and NaN have no
+    decimal spelling in MLIR, so they print as the type's bit pattern in hex
+    (`0x7F800000` for f32, `0x7C00` for f16, `0x7F80` for bf16).
     """
-    if math.isinf(value) or math.isnan(value):
-        return "0x" + np.array(value, dtype=np.float32).view(np.uint32).item().to_bytes(4, "big").hex().upper()
-    text = str(np.float32(value)) if single else repr(float(value))
-    if "e" in text or "E" in text:
-        mantissa, _, exponent = text.lower().partition("e")
-        if "." not in mantissa:
-            mantissa += ".0"
-        return f"{mantissa}e{exponent}"
-    if "." not in text:
-        text += ".0"
-    return text
+    value = float(value)
+    if not math.isfinite(value):
+        return f"0x{float_to_bits(value, type):0{type.bitwidth // 4}X}"
+    if not shortest:
+        text = repr(value)
+    elif type is bf16:
+        text = _shortest_bf16(value)
+    else:
+        text = str(_SHORTEST_DTYPE[type.name](value))
+    mantissa, e, exponent = text.lower().partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return f"{mantissa}e{exponent}" if e else mantissa
+
+
+def float_to_bits(value: float, type: ScalarType) -> int:
+    if type.name == "f64":
+        return int(np.array(value, dtype=np.float64).view(np.uint64))
+    if type.name == "f16":
+        return int(np.array(value, dtype=np.float16).view(np.uint16))
+    bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+    return bits >> 16 if type is bf16 else bits
+
+
+def float_from_bits(bits: int, type: ScalarType) -> float:
+    """The float whose bit pattern is `bits`; ValueError when it does not fit the type."""
+    if not 0 <= bits < 1 << type.bitwidth:
+        raise ValueError(f"hex literal 0x{bits:X} has more than {type.bitwidth} bits for {type}")
+    if type.name == "f64":
+        return float(np.array(bits, dtype=np.uint64).view(np.float64))
+    if type.name == "f16":
+        return float(np.array(bits, dtype=np.uint16).view(np.float16))
+    if type is bf16:
+        bits <<= 16
+    return float(np.array(bits, dtype=np.uint32).view(np.float32))
+
+
+def integer_in_range(value: int, type: ScalarType) -> bool:
+    """Whether `value` fits the signed storage of the integer `type` (i1: 0 or 1)."""
+    if type.bitwidth == 1:
+        return value in (0, 1)
+    limit = 1 << (type.bitwidth - 1)
+    return -limit <= value < limit
 
 
 def quote_string(text: str) -> str:
@@ -211,7 +275,8 @@ def quote_string(text: str) -> str:
 
 
 def unquote_string(token: str) -> str:
-    """Inverse of `quote_string`; `token` includes its quotes."""
+    """Inverse of `quote_string`; `token` includes its quotes. Raises
+    ValueError for an escape other than \\" \\\\ \\n \\t or two hex digits."""
     body = token[1:-1]
     if "\\" not in body:
         return body
@@ -233,7 +298,10 @@ def unquote_string(token: str) -> str:
             out.append("\t")
             i += 2
         else:
-            out.append(chr(int(body[i + 1 : i + 3], 16)))
+            digits = body[i + 1 : i + 3]
+            if len(digits) != 2 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(f"invalid escape '\\{digits}' in string; use \\n, \\t, \\\\, \\\" or two hex digits")
+            out.append(chr(int(digits, 16)))
             i += 3
     return "".join(out)
 
@@ -277,7 +345,13 @@ __all__ = [
     "TypeAttr",
     "UnitAttr",
     "dense",
+    "elements_from_bytes",
+    "elements_to_bytes",
+    "float_from_bits",
+    "float_to_bits",
+    "format_element",
     "format_float",
+    "integer_in_range",
     "from_python",
     "quote_string",
     "unquote_string",

@@ -285,8 +285,8 @@ class Operation:
     @classmethod
     def infer_result_types(cls, operand_types: list[Type], attributes: dict[str, A.Attribute]) -> list[Type]:
         if not cls.result_defs:
-            return []
-        raise VerifyError(f"'{cls.name}' cannot infer its result types; give them explicitly")
+            return []  # terminators and other ops without results
+        raise VerifyError("cannot infer its result types; give them explicitly")
 
     has_type_inference: ClassVar[bool] = False
 

@@ -35,9 +35,9 @@ start: operation*
 custom_op: [RESULTS] OP_NAME [custom_operands] [attr_dict] [type_sig] region* [loc]
 custom_operands: SYMBOL ["(" [value_list] ")"] -> symbol_operands
                | value_list                  -> plain_operands
-generic_op: [RESULTS] STRING "(" [value_list] ")" [generic_regions] [attr_dict] ":" function_type [loc]
-func_op: FUNC_KW SYMBOL "(" [typed_arg ("," typed_arg)*] ")" ["->" result_types] ["attributes" attr_dict] region [loc]
-module_op: MODULE_KW [SYMBOL] ["attributes" attr_dict] region [loc]
+generic_op: [RESULTS] STRING "(" [value_list] ")" [generic_regions] [free_attr_dict] ":" function_type [loc]
+func_op: FUNC_KW SYMBOL "(" [typed_arg ("," typed_arg)*] ")" ["->" result_types] ["attributes" free_attr_dict] region [loc]
+module_op: MODULE_KW [SYMBOL] ["attributes" free_attr_dict] region [loc]
 
 value_list: VALUE ("," VALUE)*
 generic_regions: "(" region ("," region)* ")"
@@ -52,7 +52,11 @@ function_type: "(" [TYPE ("," TYPE)*] ")" "->" result_types
 result_types: TYPE                 -> one_type
             | "(" [TYPE ("," TYPE)*] ")" -> type_list
 
+// After a custom op's operands '{' may open an attribute dictionary or a
+// region; ATTR_LBRACE only matches when what follows reads as attributes.
+// Elsewhere no region can follow, so any '{' opens the dictionary.
 attr_dict: ATTR_LBRACE [attr_entry ("," attr_entry)*] "}"
+free_attr_dict: (ATTR_LBRACE | LBRACE) [attr_entry ("," attr_entry)*] "}" -> attr_dict
 attr_entry: BARE_ID ["=" attr_value]
 ?attr_value: INT [":" TYPE]        -> int_attr
     | FLOAT [":" TYPE]             -> float_attr
@@ -352,11 +356,11 @@ class _IRBuilder:
     def location(self, syntax) -> Location:
         kind = syntax[0]
         if kind == "file":
-            return FileLineColLoc(A.unquote_string(syntax[1]), int(syntax[2]), int(syntax[3]))
+            return FileLineColLoc(self.string(syntax[1]), int(syntax[2]), int(syntax[3]))
         if kind == "unknown":
             return UNKNOWN_LOC
         if kind == "name":
-            return NameLoc(A.unquote_string(syntax[1]), self.location(syntax[2]) if syntax[2] else None)
+            return NameLoc(self.string(syntax[1]), self.location(syntax[2]) if syntax[2] else None)
         return FusedLoc(tuple(self.location(s) for s in syntax[1]))
 
     def op_location(self, op: OpSyntax) -> Location:
@@ -371,6 +375,25 @@ class _IRBuilder:
 
     def types(self, tokens):
         return [self.type(t) for t in tokens]
+
+    # --- literals ------------------------------------------------------------
+    def string(self, token) -> str:
+        try:
+            return A.unquote_string(str(token))
+        except ValueError as exc:
+            raise self.fail(token, str(exc)) from None
+
+    def integer(self, token, t: ScalarType) -> int:
+        value = int(str(token))
+        if not A.integer_in_range(value, t):
+            raise self.fail(token, f"integer {value} is out of range for {t}")
+        return value
+
+    def hex_float(self, token, t: ScalarType) -> float:
+        try:
+            return A.float_from_bits(int(str(token), 16), t)
+        except ValueError as exc:
+            raise self.fail(token, str(exc)) from None
 
     # --- attributes --------------------------------------------------------
     def attributes(self, entries) -> dict[str, A.Attribute]:
@@ -388,8 +411,8 @@ class _IRBuilder:
             if t.is_float:
                 return A.FloatAttr(float(int(syntax[1])), t)
             if t is i1:
-                return A.BoolAttr(bool(int(syntax[1])))
-            return A.IntegerAttr(int(syntax[1]), t)
+                return A.BoolAttr(bool(self.integer(syntax[1], t)))
+            return A.IntegerAttr(self.integer(syntax[1], t), t)
         if kind == "float":
             t = self.type(syntax[2]) if syntax[2] else f32
             if not t.is_float:
@@ -397,12 +420,11 @@ class _IRBuilder:
             return A.FloatAttr(float(syntax[1]), t)
         if kind == "hex":
             t = self.type(syntax[2]) if syntax[2] else i64
-            bits = int(str(syntax[1]), 16)
             if t.is_float:
-                return A.FloatAttr(_float_from_bits(bits, t, syntax[1], self), t)
-            return A.IntegerAttr(bits, t)
+                return A.FloatAttr(self.hex_float(syntax[1], t), t)
+            return A.IntegerAttr(self.hex_integer(syntax[1], t), t)
         if kind == "string":
-            return A.StringAttr(A.unquote_string(syntax[1]))
+            return A.StringAttr(self.string(syntax[1]))
         if kind == "bool":
             return A.BoolAttr(syntax[1])
         if kind == "unit":
@@ -420,6 +442,12 @@ class _IRBuilder:
             return self.dense(syntax[1], syntax[2], anchor)
         raise AssertionError(kind)
 
+    def hex_integer(self, token, t: ScalarType) -> int:
+        value = int(str(token), 16)
+        if not A.integer_in_range(value, t):
+            raise self.fail(token, f"integer {token} is out of range for {t}")
+        return value
+
     def dense(self, body, type_token, anchor) -> A.DenseElementsAttr:
         t = self.type(type_token)
         if not isinstance(t, ShapedType):
@@ -430,16 +458,7 @@ class _IRBuilder:
                 raise self.fail(type_token, f"empty dense<> for {t}, which has {t.num_elements} elements")
             return A.DenseElementsAttr(np.zeros(t.shape, dtype), t)
         if body[0] == "string":
-            text = A.unquote_string(body[1])
-            if not text.startswith("0x"):
-                raise self.fail(body[1], "a dense string must be hex data starting with 0x")
-            raw = bytes.fromhex(text[2:])
-            flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<"))
-            if flat.size == 1:
-                return A.DenseElementsAttr(np.full(t.shape, flat[0], dtype), t)
-            if flat.size != t.num_elements:
-                raise self.fail(body[1], f"hex data holds {flat.size} elements but {t} needs {t.num_elements}")
-            return A.DenseElementsAttr(flat.reshape(t.shape).astype(dtype), t)
+            return self.dense_hex(body[1], t)
         values = self.dense_values(body, t.element_type, type_token)
         array = np.array(values, dtype=dtype)
         if array.ndim == 0:
@@ -447,6 +466,25 @@ class _IRBuilder:
         if array.shape != tuple(t.shape):
             raise self.fail(type_token, f"dense literal has shape {list(array.shape)} but the type {t} needs {list(t.shape)}")
         return A.DenseElementsAttr(array, t)
+
+    def dense_hex(self, token, t: ShapedType) -> A.DenseElementsAttr:
+        """MLIR's `dense<"0x...">`: raw little-endian elements, or one splat element."""
+        text = self.string(token)
+        if not text.startswith("0x"):
+            raise self.fail(token, "a dense string must be hex data starting with 0x")
+        try:
+            raw = bytes.fromhex(text[2:])
+        except ValueError:
+            raise self.fail(token, "dense hex data has a character that is not a hex digit, or an odd number of digits") from None
+        element_bytes = max(1, t.element_type.bitwidth // 8)
+        if len(raw) % element_bytes:
+            raise self.fail(token, f"dense hex data of {len(raw)} bytes is not a whole number of {t.element_type} elements")
+        flat = A.elements_from_bytes(raw, t.element_type)
+        if flat.size == 1:
+            return A.DenseElementsAttr(np.full(t.shape, flat[0], flat.dtype), t)
+        if flat.size != t.num_elements:
+            raise self.fail(token, f"hex data holds {flat.size} elements but {t} needs {t.num_elements}")
+        return A.DenseElementsAttr(flat.reshape(t.shape), t)
 
     def dense_values(self, syntax, element: ScalarType, anchor):
         kind = syntax[0]
@@ -459,15 +497,16 @@ class _IRBuilder:
         if kind == "bool":
             return syntax[1]
         if kind in ("int", "float"):
+            if syntax[2] is not None:
+                raise self.fail(syntax[2], "elements of a dense literal take no type; the tensor type gives it")
             text = str(syntax[1])
             if element.is_float:
                 return float(text)
             if kind == "float":
                 raise self.fail(syntax[1], f"float {text} in a dense literal of {element}")
-            return int(text) != 0 if element is i1 else int(text)
+            return self.integer(syntax[1], element) != 0 if element is i1 else self.integer(syntax[1], element)
         if kind == "hex":
-            bits = int(str(syntax[1]), 16)
-            return _float_from_bits(bits, element, syntax[1], self) if element.is_float else bits
+            return self.hex_float(syntax[1], element) if element.is_float else self.hex_integer(syntax[1], element)
         raise self.fail(anchor, "expected a number, a boolean or a nested list in dense<...>")
 
     # --- ops -----------------------------------------------------------------
@@ -481,6 +520,7 @@ class _IRBuilder:
         if modules:
             return self.op(modules[0], None)
         module = ModuleOp.build()
+        module.location = FileLineColLoc(self.filename, 1 + self.line_offset, 1)
         scope = _Scope(None, True)
         for item in items:
             module.body.append(self.op(item, scope))
@@ -559,7 +599,7 @@ class _IRBuilder:
             region.add_block(block)
 
     def generic_or_custom(self, syntax: OpSyntax, scope: _Scope) -> Operation:
-        name = A.unquote_string(syntax.name) if syntax.kind == "generic" else str(syntax.name)
+        name = self.string(syntax.name) if syntax.kind == "generic" else str(syntax.name)
         op_class = lookup_op_class(name)
         if op_class is None:
             raise self.fail(syntax.name, f"unknown operation '{name}'")
@@ -670,18 +710,6 @@ def _isolated_trait():
     from .traits import IsolatedFromAbove
 
     return IsolatedFromAbove
-
-
-def _float_from_bits(bits: int, t: ScalarType, token, builder) -> float:
-    if t.bitwidth == 32:
-        return float(np.array(bits, dtype=np.uint32).view(np.float32))
-    if t.bitwidth == 64:
-        return float(np.array(bits, dtype=np.uint64).view(np.float64))
-    if t.name == "f16":
-        return float(np.array(bits, dtype=np.uint16).view(np.float16))
-    if t.name == "bf16":
-        return float(np.array(bits << 16, dtype=np.uint32).view(np.float32))
-    raise builder.fail(token, f"hex float literal for unsupported type {t}")
 
 
 # --------------------------------------------------------------------------- errors

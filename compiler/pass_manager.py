@@ -7,8 +7,10 @@ syntax, `builtin.module(func.func(canonicalize,cse),fuse)`, or the short
 `canonicalize,cse{x=1},fuse`; a func-anchored pass at module level runs on
 every function.
 
-After every pass the module is verified; a failure names the pass. An
-exception escaping a pass is an internal compiler error naming the pass.
+After every pass the IR is verified (the module after a top-level entry,
+the function after each pass of a nested `func.func(...)` pipeline); a
+failure names the pass. An exception escaping a pass is an internal
+compiler error naming the pass.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import io
+import re
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable
 
 from .diagnostics import Diagnostic, DiagnosticEngine, DiagnosticError, InternalCompilerError, Severity
-from .ir import Operation
+from .ir import Operation, lookup_op_class
 from .printer import print_op
 from .verifier import verify
 
@@ -121,7 +124,12 @@ def _convert_option(pass_name: str, key: str, text: str, field: dataclasses.Fiel
         if kind == "float":
             return float(text)
         if kind.startswith("tuple"):
-            return tuple(s for s in text.split(",") if s)
+            items = [s for s in text.split(",") if s]
+            if kind.startswith("tuple[int"):
+                return tuple(int(s) for s in items)
+            if kind.startswith("tuple[float"):
+                return tuple(float(s) for s in items)
+            return tuple(items)
     except ValueError:
         raise PipelineError(f"option '{key}' of pass '{pass_name}' expects {kind}, got '{text}'") from None
     return text
@@ -207,6 +215,11 @@ class _PipelineParser:
         name = self.name()
         nxt = self.peek()
         if nxt == "(":
+            from fusecc.dialects import load_all
+
+            load_all()
+            if lookup_op_class(name) is None:
+                raise self.fail(f"'{name}' is not an operation to nest passes on (e.g. builtin.module, func.func)")
             self.pos += 1
             manager = PassManager(name, self.entries())
             if self.peek() != ")":
@@ -215,17 +228,33 @@ class _PipelineParser:
             return manager
         options = {}
         if nxt == "{":
-            self.pos += 1
             end = self.text.find("}", self.pos)
             if end < 0:
                 raise self.fail("unterminated '{'")
-            for item in self.text[self.pos : end].replace(",", " ").split():
-                key, eq, value = item.partition("=")
-                if not eq:
-                    value = "true"
+            self.pos += 1
+            for key, value in _split_options(self.text[self.pos : end]):
+                if not key:
+                    raise self.fail(f"option '={value}' has no name")
                 options[key] = value
             self.pos = end + 1
         return instantiate(name, options)
+
+
+_NEXT_OPTION = re.compile(r",(?=\s*[A-Za-z_][\w-]*\s*=)")
+
+
+def _split_options(text: str) -> list[tuple[str, str]]:
+    """`k=v k2=a,b flag` (MLIR's space-separated form) or `k=v,k2=w`.
+
+    A comma starts a new option only when `name=` follows, so list values
+    such as `sizes=128,64` stay whole. A bare name means `name=true`.
+    """
+    out = []
+    for word in text.split():
+        for item in _NEXT_OPTION.split(word):
+            key, eq, value = item.partition("=")
+            out.append((key, value if eq else "true"))
+    return out
 
 
 # --------------------------------------------------------------------------- instrumentation
@@ -251,9 +280,13 @@ class IRPrinting(Instrumentation):
     generic: bool = False
 
     def _dump(self, when: str, p: Pass, op: Operation) -> None:
+        # MLIR's header; the op the pass ran on is printed, not the whole module.
+        what = f"'{op.name}' operation"
+        if "sym_name" in op.attributes:
+            what += f": @{op.attributes['sym_name'].value}"
         out = self.stream or sys.stderr
-        print(f"// -----// IR Dump {when} {type(p).__name__} ({p.name}) //----- //", file=out)
-        print(print_op(_module_of(op), generic=self.generic), file=out)
+        print(f"// -----// IR Dump {when} {type(p).__name__} ({p.name}) ({what}) //----- //", file=out)
+        print(print_op(op, generic=self.generic), file=out)
 
     def before_pass(self, p, op):
         if self.before_all or p.name in self.before:
@@ -262,12 +295,6 @@ class IRPrinting(Instrumentation):
     def after_pass(self, p, op):
         if self.after_all or p.name in self.after:
             self._dump("After", p, op)
-
-
-def _module_of(op: Operation) -> Operation:
-    while op.parent_op is not None:
-        op = op.parent_op
-    return op
 
 
 class Timing(Instrumentation):
@@ -330,18 +357,19 @@ def _run_manager(manager: PassManager, op: Operation, context, instrumentations,
         if isinstance(entry, PassManager):
             for child in _children_named(op, entry.anchor):
                 _run_manager(entry, child, context, instrumentations, verify_each)
-        elif entry.anchor in (op.name, "any"):
-            _run_pass(entry, op, context, instrumentations, verify_each)
-        else:
-            for child in _children_named(op, entry.anchor):
-                _run_pass(entry, child, context, instrumentations, verify_each)
+            continue
+        targets = [op] if entry.anchor in (op.name, "any") else _children_named(op, entry.anchor)
+        for target in targets:
+            _run_pass(entry, target, context, instrumentations)
+        if verify_each:
+            _verify_after(entry, op)
 
 
 def _children_named(op: Operation, name: str) -> list[Operation]:
     return [child for region in op.regions for block in region.blocks for child in block if child.name == name]
 
 
-def _run_pass(p: Pass, op: Operation, context, instrumentations, verify_each) -> None:
+def _run_pass(p: Pass, op: Operation, context, instrumentations) -> None:
     for instrumentation in instrumentations:
         instrumentation.before_pass(p, op)
     try:
@@ -354,12 +382,17 @@ def _run_pass(p: Pass, op: Operation, context, instrumentations, verify_each) ->
         raise InternalCompilerError(f"pass '{p.name}'", exc) from exc
     for instrumentation in instrumentations:
         instrumentation.after_pass(p, op)
-    if verify_each:
-        try:
-            verify(op)
-        except DiagnosticError as exc:
-            exc.diagnostic.attach_note(f"the IR was invalid after pass '{p.name}'; this is a compiler bug")
-            raise
+
+
+def _verify_after(p: Pass, op: Operation) -> None:
+    """Verify `op` (the module, or the function a nested pipeline runs on)."""
+    try:
+        verify(op)
+    except DiagnosticError as exc:
+        exc.diagnostic.attach_note(f"the IR was invalid after pass '{p.name}'; this is a compiler bug")
+        raise
+    except Exception as exc:
+        raise InternalCompilerError(f"the verifier after pass '{p.name}'", exc) from exc
 
 
 def list_passes() -> str:

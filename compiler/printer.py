@@ -8,10 +8,21 @@ arguments `%arg0, ...` in order of definition, as MLIR does.
 
 from __future__ import annotations
 
+import re
+
 from . import attributes as A
 from .ir import Block, Operation, Region, Value
 from .traits import SymbolTable
 from .types import FunctionType, format_result_types
+
+
+_SSA_NAME = re.compile(r"[A-Za-z0-9_.$\-]+")
+
+
+def _usable_hint(hint: str | None) -> bool:
+    """A hint prints as itself only if it reads back as the same name: a
+    valid SSA identifier that is not a bare number (numbers are positional)."""
+    return bool(hint) and _SSA_NAME.fullmatch(hint) is not None and not hint.isdigit()
 
 
 class _Names:
@@ -22,12 +33,15 @@ class _Names:
         self.taken: set[str] = set()
         self.next_number = 0
         self.next_arg = 0
+        self.next_suffix: dict[str, int] = {}
 
     def _claim(self, base: str) -> str:
-        name, suffix = base, 1
+        name = base
         while name in self.taken:
+            # One counter per base keeps many equal hints linear, not quadratic.
+            suffix = self.next_suffix.get(base, 1)
+            self.next_suffix[base] = suffix + 1
             name = f"{base}_{suffix}"
-            suffix += 1
         self.taken.add(name)
         return name
 
@@ -44,14 +58,14 @@ class _Names:
                 return name
 
     def define(self, value: Value, prefix: str = "") -> str:
-        name = self._claim(value.name_hint) if value.name_hint else self._anonymous(prefix)
+        name = self._claim(value.name_hint) if _usable_hint(value.name_hint) else self._anonymous(prefix)
         self.names[value] = name
         return name
 
     def define_group(self, results) -> str:
         """One name for all results of an op: `%N:k`, used as `%N#i`."""
         first = results[0]
-        name = self._claim(first.name_hint) if first.name_hint else self._anonymous("")
+        name = self._claim(first.name_hint) if _usable_hint(first.name_hint) else self._anonymous("")
         for i, r in enumerate(results):
             self.names[r] = f"{name}#{i}"
         return name
@@ -84,7 +98,7 @@ class Printer:
         if len(results) == 1:
             return f"%{self.names.define(results[0])} = "
         hints = [r.name_hint for r in results]
-        if all(hints) and len(set(hints)) == len(hints):
+        if all(_usable_hint(h) for h in hints) and len(set(hints)) == len(hints):
             return ", ".join("%" + self.names.define(r) for r in results) + " = "
         return f"%{self.names.define_group(results)}:{len(results)} = "
 

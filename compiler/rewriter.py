@@ -127,7 +127,7 @@ def apply_patterns_greedily(
             changed_any = True
             budget -= 1
             continue
-        for pattern in by_name.get(op.name, ()) + generic:
+        for pattern in by_name.get(op.name, []) + generic:
             if pattern.match_and_rewrite(op, rewriter):
                 changed_any = True
                 budget -= 1

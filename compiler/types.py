@@ -124,6 +124,18 @@ _NUMPY_DTYPES = {
 }
 
 
+def round_to_bf16(x) -> np.ndarray:
+    """float32 values rounded to bf16 precision (nearest even), kept as float32.
+
+    bf16 is stored widened to float32 everywhere (numpy has no bf16), so
+    whoever produces bf16 values rounds them with this.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), np.float32(np.nan), rounded)
+
+
 # --------------------------------------------------------------------------- shaped types
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from fusecc.compiler.diagnostics import error
 from fusecc.compiler.ir import STRING, AttrDef, Block, Operation, Region, register_op
-from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, SymbolTable
+from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, Symbol, SymbolTable
 
 
 @register_op
@@ -21,6 +22,16 @@ class ModuleOp(Operation):
         for op in ops:
             module.body.append(op)
         return module
+
+    def verify_(self) -> None:
+        seen: set[str] = set()
+        for op in self.body:
+            name = op.attributes.get("sym_name")
+            if name is None or not op.has_trait(Symbol):
+                continue
+            if name.value in seen:
+                raise error(op.location, f"redefinition of symbol @{name.value}")
+            seen.add(name.value)
 
     def functions(self) -> list[Operation]:
         from .func import FuncOp

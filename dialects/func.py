@@ -83,9 +83,9 @@ class ReturnOp(Operation):
     def verify_(self) -> None:
         func = self.parent_op
         if not isinstance(func, FuncOp):
-            raise VerifyError("'func.return' must be directly inside a 'func.func'")
+            raise VerifyError("must be directly inside a 'func.func'")
         if self.next_op is not None:
-            raise VerifyError("'func.return' must be the last op of its block")
+            raise VerifyError("must be the last op of its block")
         expected = func.function_type.results
         if len(self.operands) != len(expected):
             raise VerifyError(

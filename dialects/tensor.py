@@ -82,11 +82,11 @@ NUMERIC = "numeric"  # any integer or float, not i1
 ANY_ELEMENT = "any"
 
 
-def check_element_class(element: ScalarType, allowed: str, op_name: str) -> None:
+def check_element_class(element: ScalarType, allowed: str) -> None:
     if allowed == FLOAT_ONLY and not element.is_float:
-        raise VerifyError(f"'{op_name}' expects a floating-point element type, but got {element}")
+        raise VerifyError(f"expects a floating-point element type, but got {element}")
     if allowed == NUMERIC and element is i1:
-        raise VerifyError(f"'{op_name}' expects a numeric element type, but got i1")
+        raise VerifyError("expects a numeric element type, but got i1")
 
 
 class TensorOp(Operation):
@@ -141,7 +141,7 @@ class BinaryOp(TensorOp):
         lhs = expect_tensor(operand_types[0], "lhs")
         rhs = expect_tensor(operand_types[1], "rhs")
         element = expect_same_element_type([lhs, rhs])
-        check_element_class(element, cls.element_class, cls.name)
+        check_element_class(element, cls.element_class)
         return [TensorType(broadcast_or_fail([lhs, rhs]), element)]
 
 
@@ -172,7 +172,7 @@ class UnaryOp(TensorOp):
     @classmethod
     def infer_result_types(cls, operand_types, attributes):
         x = expect_tensor(operand_types[0], "operand")
-        check_element_class(x.element_type, cls.element_class, cls.name)
+        check_element_class(x.element_type, cls.element_class)
         return [x]
 
 
@@ -274,7 +274,7 @@ class ReduceOp(TensorOp):
     @classmethod
     def infer_result_types(cls, operand_types, attributes):
         x = expect_tensor(operand_types[0], "operand")
-        check_element_class(x.element_type, cls.element_class, cls.name)
+        check_element_class(x.element_type, cls.element_class)
         axes = reduced_axes(cls.get(attributes, "axes"), x.rank)
         keepdims = cls.get(attributes, "keepdims")
         shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else [d for i, d in enumerate(x.shape) if i not in axes]
@@ -309,7 +309,7 @@ class SoftmaxOp(TensorOp):
     @classmethod
     def infer_result_types(cls, operand_types, attributes):
         x = expect_tensor(operand_types[0], "operand")
-        check_element_class(x.element_type, FLOAT_ONLY, cls.name)
+        check_element_class(x.element_type, FLOAT_ONLY)
         normalize_axis(cls.get(attributes, "axis"), x.rank)
         return [x]
 
@@ -322,7 +322,7 @@ class NormOp(TensorOp):
     @classmethod
     def infer_result_types(cls, operand_types, attributes):
         x = expect_tensor(operand_types[0], "input")
-        check_element_class(x.element_type, FLOAT_ONLY, cls.name)
+        check_element_class(x.element_type, FLOAT_ONLY)
         if x.rank == 0:
             raise VerifyError("input must have at least one axis to normalise")
         params = [expect_tensor(t, d.name) for t, d in zip(operand_types[1:], cls.operand_defs[1:])]
@@ -388,7 +388,7 @@ class MatmulOp(TensorOp):
         a = expect_tensor(operand_types[0], "lhs")
         b = expect_tensor(operand_types[1], "rhs")
         element = expect_same_element_type([a, b])
-        check_element_class(element, NUMERIC, cls.name)
+        check_element_class(element, NUMERIC)
         a_shape = swap_last_two(a.shape, cls.get(attributes, "transpose_a"), "lhs")
         b_shape = swap_last_two(b.shape, cls.get(attributes, "transpose_b"), "rhs")
         return [TensorType(matmul_shape(a_shape, b_shape), element)]
@@ -407,7 +407,7 @@ class AttentionOp(TensorOp):
     def infer_result_types(cls, operand_types, attributes):
         q, k, v = (expect_tensor(t, n) for t, n in zip(operand_types, ("query", "key", "value")))
         element = expect_same_element_type([q, k, v], "query, key and value")
-        check_element_class(element, FLOAT_ONLY, cls.name)
+        check_element_class(element, FLOAT_ONLY)
         for t, n in ((q, "query"), (k, "key"), (v, "value")):
             if t.rank < 2:
                 raise VerifyError(f"{n} must have rank at least 2, but has shape {shape_str(t.shape)}")

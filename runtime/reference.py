@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fusecc.compiler.ir import Block, Operation, Value
-from fusecc.compiler.types import ScalarType, TensorType, Type, bf16
+from fusecc.compiler.types import ScalarType, TensorType, Type, bf16, round_to_bf16
 
 Impl = Callable[[Operation, list], list]
 IMPLEMENTATIONS: dict[str, Impl] = {}
@@ -37,28 +37,24 @@ def implements(*names: str):
 # --------------------------------------------------------------------------- storage
 
 
-def round_bf16(x: np.ndarray) -> np.ndarray:
-    """Round float32 values to bf16 precision (round to nearest even)."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    out = rounded.astype(np.uint32).view(np.float32)
-    return np.where(np.isnan(x), np.float32(np.nan), out)
+round_bf16 = round_to_bf16
 
 
 def to_storage(array, element: ScalarType) -> np.ndarray:
     """Convert a computed array to the storage dtype of `element`."""
     array = np.asarray(array)
-    if element.is_float:
-        as32 = array.astype(np.float32)
-        if element is bf16:
-            return round_bf16(as32)
-        return as32.astype(element.numpy_dtype)
-    if element.is_bool:
-        return array.astype(np.bool_)
-    if array.dtype.kind == "f":
-        with np.errstate(invalid="ignore"):
+    # Overflow to inf (f16) and NaN-to-integer casts are the defined results, not warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if element.is_float:
+            as32 = array.astype(np.float32)
+            if element is bf16:
+                return round_bf16(as32)
+            return as32.astype(element.numpy_dtype)
+        if element.is_bool:
+            return array.astype(np.bool_)
+        if array.dtype.kind == "f":
             array = np.trunc(array)
-    return array.astype(element.numpy_dtype)
+        return array.astype(element.numpy_dtype)
 
 
 def compute_view(array: np.ndarray) -> np.ndarray:
@@ -133,12 +129,23 @@ UNARY: dict[str, Callable[..., np.ndarray]] = {
 
 
 def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu":
+    if a.dtype.kind in "iub":
         # C semantics (truncation toward zero); x/0 gives 0 rather than a trap.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.where(b == 0, 0, np.trunc(np.true_divide(a, np.where(b == 0, 1, b))))
-        return q.astype(a.dtype)
+        safe = np.where(b == 0, 1, b)
+        q = np.floor_divide(a, safe)
+        q = q + ((q < 0) & (q * safe != a))  # floor -> trunc for negative, inexact quotients
+        return np.where(b == 0, 0, q).astype(np.result_type(a, b))
     return a / b
+
+
+def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        # numpy refuses negative integer exponents; C-like a**-n = trunc(1/a**n).
+        negative = b < 0
+        result = np.power(a, np.where(negative, 0, b))
+        inverse = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
+        return np.where(negative, inverse, result).astype(result.dtype)
+    return np.power(a, b)
 
 
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -148,7 +155,7 @@ BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "tensor.div": divide,
     "tensor.max": np.maximum,
     "tensor.min": np.minimum,
-    "tensor.pow": np.power,
+    "tensor.pow": power,
 }
 
 COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
@@ -313,6 +320,7 @@ class Interpreter:
 
     def __init__(self, module: Operation):
         self.module = module
+        self._active: list[str] = []
 
     def function(self, name: str) -> Operation:
         found = self.module.lookup(name)
@@ -326,7 +334,14 @@ class Interpreter:
         if len(args) != len(inputs):
             raise InterpreterError(f"@{name} takes {len(inputs)} arguments, got {len(args)}")
         checked = [check_argument(a, t, f"argument {i} of @{name}") for i, (a, t) in enumerate(zip(args, inputs))]
-        return self.run_block(func.body, checked)
+        if name in self._active:
+            # Without control flow a recursive call never ends.
+            raise InterpreterError(f"@{name} calls itself (through {' -> '.join('@' + n for n in self._active)}); recursion cannot terminate")
+        self._active.append(name)
+        try:
+            return self.run_block(func.body, checked)
+        finally:
+            self._active.pop()
 
     def run_block(self, block: Block, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run a block's ops; returns the terminator's operand values."""

@@ -8,6 +8,7 @@ phase (exit 2). Python tracebacks appear only with FUSECC_DEBUG=1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Callable
@@ -49,6 +50,18 @@ def write_output(path: str | None, text: str) -> None:
             f.write(text)
     except OSError as exc:
         raise ToolError(f"could not write '{path}': {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    """Run a compiler phase (parser, verifier, printer, ...) so that a bug in
+    it is reported as an internal error naming it, not as a traceback."""
+    try:
+        yield
+    except (DiagnosticError, ToolError, InternalCompilerError, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as exc:
+        raise InternalCompilerError(name, exc) from exc
 
 
 def debug_enabled() -> bool:

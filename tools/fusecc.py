@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from fusecc.compiler.verifier import verify
 from fusecc.passes.pipelines import EMIT_LEVELS, pipeline_for_level
 from fusecc.runtime import targets
 
-from .common import ToolError, guarded_main, read_source, write_output
+from .common import ToolError, guarded_main, phase, read_source, write_output
 
 SUBCOMMANDS = ("run", "explain", "report")
 
@@ -30,8 +31,10 @@ SUBCOMMANDS = ("run", "explain", "report")
 def load(path: str, engine: DiagnosticEngine) -> Operation:
     text, filename = read_source(path)
     engine.sources.add(filename, text)
-    module = parse_module(text, filename)
-    verify(module)
+    with phase("the parser"):
+        module = parse_module(text, filename)
+    with phase("the verifier"):
+        verify(module)
     return module
 
 
@@ -98,6 +101,8 @@ def run_parser() -> argparse.ArgumentParser:
 
 
 def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: int) -> list[np.ndarray]:
+    """The entry's arguments: from the .npz by name (`x` for `%x`), else as
+    `argN`, else (with --random-inputs) seeded random data."""
     from fusecc.runtime.reference import random_input
 
     provided: dict[str, np.ndarray] = {}
@@ -107,30 +112,49 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
                 provided = {k: data[k] for k in data.files}
         except FileNotFoundError:
             raise ToolError(f"could not open inputs file '{path}': no such file") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ToolError(f"could not read inputs file '{path}' as .npz: {exc}") from None
+        except AttributeError:  # np.load returned a plain array: an .npy file
+            raise ToolError(f"inputs file '{path}' is a single array (.npy); give an .npz of named arrays") from None
     rng = np.random.default_rng(seed)
-    values = []
+    values, used = [], set()
     for index, (arg, t) in enumerate(zip(func.arguments, func.function_type.inputs)):
+        label = f"'{arg.name_hint}' (arg{index})" if arg.name_hint else f"'arg{index}'"
         for key in (arg.name_hint, f"arg{index}"):
             if key and key in provided:
-                values.append(provided[key])
+                values.append(check_input(provided[key], t, f"input {label} of @{func.sym_name}"))
+                used.add(key)
                 break
         else:
             if not random_inputs:
-                name = f"'{arg.name_hint}' or " if arg.name_hint else ""
-                raise ToolError(f"missing input {name}'arg{index}' ({t}); give it in --inputs or use --random-inputs")
+                raise ToolError(f"missing input {label} ({t}); give it in --inputs or use --random-inputs")
             values.append(random_input(t, rng))
+    for key in sorted(set(provided) - used):
+        print(f"fusecc run: warning: '{key}' in '{path}' is not an argument of @{func.sym_name}; ignored", file=sys.stderr)
     return values
 
 
+def check_input(array: np.ndarray, t, what: str) -> np.ndarray:
+    if tuple(array.shape) != tuple(t.shape):
+        raise ToolError(f"{what} has shape {list(array.shape)}, but {t} needs {list(t.shape)}")
+    if array.dtype.kind not in "biuf":
+        raise ToolError(f"{what} has dtype {array.dtype}, which cannot become {t.element_type}")
+    return array
+
+
 def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    from fusecc.runtime.reference import InterpreterError
+
     args = run_parser().parse_args(argv)
     module = load(args.input, engine)
     func = entry_function(module, args.entry)
     inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
     target = targets.get(args.target)
-    results = target.run(module, func.sym_name, inputs, engine)
+    try:
+        with phase(f"the '{target.name}' target"):
+            results = target.run(module, func.sym_name, inputs, engine)
+    except InterpreterError as exc:
+        raise ToolError(str(exc)) from None
     if args.output:
         try:
             np.savez(args.output, **{f"result{i}": r for i, r in enumerate(results)})

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from fusecc.compiler.diagnostics import Diagnostic, DiagnosticEngine, DiagnosticError, SourceManager, render
@@ -27,7 +28,7 @@ from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 
 from . import verify_diagnostics
-from .common import EXIT_USER_ERROR, ToolError, guarded_main, read_source, write_output
+from .common import EXIT_USER_ERROR, ToolError, guarded_main, phase, read_source, write_output
 
 TARGETS = ("h200", "a100", "cpu")
 
@@ -104,12 +105,15 @@ def _process_chunk(args, engine, pipeline, chunk, filename, offset, timing) -> t
     context = PassContext(diagnostics=engine, target=args.target, explain=args.explain_fusion)
     output = None
     try:
-        with timing.phase("Parser") if timing else _null():
+        with _timed(timing, "Parser"), phase("the parser"):
             module = parse_module(chunk, filename, offset)
-        with timing.phase("Verifier") if timing else _null():
+        with _timed(timing, "Verifier"), phase("the verifier"):
             verify(module)
-        run_pipeline(pipeline, module, context, instrumentations, verify_each=not args.no_verify_each)
-        with timing.phase("Output") if timing else _null():
+        try:
+            run_pipeline(pipeline, module, context, instrumentations, verify_each=not args.no_verify_each)
+        except PipelineError as exc:
+            raise ToolError(str(exc)) from None
+        with _timed(timing, "Output"), phase("the printer"):
             output = print_op(module, generic=args.print_generic, debuginfo=args.print_debuginfo)
     except DiagnosticError as exc:
         if not args.verify_diagnostics:
@@ -126,12 +130,8 @@ def _process_chunk(args, engine, pipeline, chunk, filename, offset, timing) -> t
     return output, not problems
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+def _timed(timing: Timing | None, label: str):
+    return timing.phase(label) if timing is not None else contextlib.nullcontext()
 
 
 if __name__ == "__main__":

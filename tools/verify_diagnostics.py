@@ -4,12 +4,13 @@ The annotations are MLIR's:
 
     // expected-error {{message part}}          on the same line
     // expected-error @+1 {{...}}                N lines below (or @-N above)
-    // expected-warning @below {{...}}           next line that is not an annotation
-    // expected-remark @above {{...}}            previous such line
+    // expected-warning @below {{...}}           the next line without an annotation
+    // expected-remark @above {{...}}            the previous line without an annotation
+    // expected-error @unknown {{...}}           a diagnostic without a source location
 
 A diagnostic matches an annotation with the same severity and line whose
 text is a substring of the message. Every annotation must be matched and
-every error, warning or remark must be expected.
+every error, warning or remark must be expected (notes may go unchecked).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 
 from fusecc.compiler.diagnostics import Diagnostic, FileLineColLoc, Severity
 
-_ANNOTATION = re.compile(r"//\s*expected-(error|warning|remark|note)\s*(@(?:above|below|[+-]\d+|\d+))?\s*\{\{(.*?)\}\}")
-_ONLY_ANNOTATION = re.compile(r"^\s*(//\s*expected-(error|warning|remark|note).*)?$")
+_ANNOTATION = re.compile(r"//\s*expected-(error|warning|remark|note)\s*(@(?:above|below|unknown|[+-]\d+|\d+))?\s*\{\{(.*?)\}\}")
+UNKNOWN_LINE = 0
 
 
 @dataclass
@@ -35,19 +36,19 @@ class Expectation:
 
 def parse_expectations(text: str, line_offset: int = 0) -> list[Expectation]:
     lines = text.split("\n")
+    # As in MLIR, @above/@below skip lines that carry annotations themselves.
+    plain = [not _ANNOTATION.search(line) for line in lines]
     found = []
     for index, line in enumerate(lines):
         for match in _ANNOTATION.finditer(line):
             severity, where, message = match.groups()
             target = index
             if where == "@below":
-                target = index + 1
-                while target < len(lines) and _ANNOTATION.search(lines[target]) and _ONLY_ANNOTATION.match(lines[target]):
-                    target += 1
+                target = next((i for i in range(index + 1, len(lines)) if plain[i]), len(lines))
             elif where == "@above":
-                target = index - 1
-                while target >= 0 and _ANNOTATION.search(lines[target]) and _ONLY_ANNOTATION.match(lines[target]):
-                    target -= 1
+                target = next((i for i in range(index - 1, -1, -1) if plain[i]), -1)
+            elif where == "@unknown":
+                target = UNKNOWN_LINE - 1 - line_offset
             elif where and where[1] in "+-":
                 target = index + int(where[1:])
             elif where:
@@ -63,13 +64,13 @@ def check(expectations: list[Expectation], diagnostics: list[Diagnostic], filena
     problems = []
     for diagnostic in _flatten(diagnostics):
         position = diagnostic.location.file_line_col()
+        line = UNKNOWN_LINE if position is None else position.line
         match = None
         for expectation in expectations:
             if (
                 not expectation.matched
                 and expectation.severity is diagnostic.severity
-                and position is not None
-                and position.line == expectation.line
+                and line == expectation.line
                 and expectation.text in diagnostic.message
             ):
                 match = expectation
