@@ -1,0 +1,150 @@
+"""Run a (manifest, CUDA C source, inputs) triple: on the CPU harness here,
+on a GPU through runtime.py; both share the memory plan and argument binding.
+
+Device memory is one allocation: the arena of temporaries at offset 0 (the
+manifest's arena offsets are relative to it), then every input, then every
+output, each at a 256-byte aligned offset. Values cross between numpy and
+the device layout here: bf16 travels as its uint16 bit pattern (the host
+holds bf16 values widened to float32, see compiler/types.py), i1 as one
+byte per element.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg
+
+ALIGNMENT = 256
+
+_STORAGE = {
+    "f64": np.float64,
+    "f32": np.float32,
+    "f16": np.float16,
+    "bf16": np.uint16,
+    "i64": np.int64,
+    "i32": np.int32,
+    "i8": np.int8,
+    "i1": np.bool_,
+}
+
+
+class ExecutionError(ValueError):
+    """The inputs do not fit the manifest (missing, wrong shape)."""
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    return np.dtype(_STORAGE[dtype])
+
+
+def to_device_layout(array: Any, dtype: str) -> np.ndarray:
+    """A host value as the contiguous array the kernels read."""
+    if dtype == "bf16":
+        from .cpu_harness.loader import bf16_bits
+
+        return np.ascontiguousarray(bf16_bits(array))
+    return np.ascontiguousarray(np.asarray(array).astype(storage_dtype(dtype), copy=False))
+
+
+def from_device_layout(array: np.ndarray, dtype: str) -> np.ndarray:
+    """What the kernels wrote, as the host holds it (bf16 widened to float32)."""
+    if dtype == "bf16":
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    return array
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    total_bytes: int
+    offsets: dict[str, int]  # of each input and output; the arena starts at 0
+
+
+def plan_memory(manifest: Manifest) -> MemoryPlan:
+    offset = _aligned(manifest.arena_bytes)
+    offsets = {}
+    for spec in (*manifest.inputs, *manifest.outputs):
+        offsets[spec.name] = offset
+        offset += _aligned(spec.nbytes)
+    return MemoryPlan(max(offset, ALIGNMENT), offsets)
+
+
+def tensor_view(memory, offset: int, shape: Sequence[int], dtype: str):
+    """A typed view into the one allocation (numpy or CuPy alike)."""
+    nbytes = math.prod(shape) * storage_dtype(dtype).itemsize
+    return memory[offset : offset + nbytes].view(storage_dtype(dtype)).reshape(tuple(shape))
+
+
+def gather_inputs(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
+    """Inputs by name (or in manifest order), checked against their specs."""
+    if not isinstance(inputs, Mapping):
+        if len(inputs) != len(manifest.inputs):
+            raise ExecutionError(f"the program takes {len(manifest.inputs)} inputs, got {len(inputs)}")
+        inputs = {spec.name: value for spec, value in zip(manifest.inputs, inputs)}
+    gathered = {}
+    for spec in manifest.inputs:
+        if spec.name not in inputs:
+            raise ExecutionError(f"missing input '{spec.name}'")
+        value = np.asarray(inputs[spec.name])
+        if value.shape != spec.shape:
+            raise ExecutionError(f"input '{spec.name}' has shape {list(value.shape)}, expected {list(spec.shape)}")
+        gathered[spec.name] = value
+    return gathered
+
+
+def scalar_value(arg: ScalarArg):
+    if arg.dtype == "bf16":
+        from .cpu_harness.loader import bf16_bits
+
+        return np.uint16(bf16_bits(np.float32(arg.value)))
+    return storage_dtype(arg.dtype).type(arg.value)
+
+
+class Bound:
+    """The one allocation of a program, viewed as its tensors."""
+
+    def __init__(self, manifest: Manifest, memory):
+        self.manifest = manifest
+        self.memory = memory
+        self.plan = plan_memory(manifest)
+        self.tensors = {s.name: tensor_view(memory, self.plan.offsets[s.name], s.shape, s.dtype) for s in (*manifest.inputs, *manifest.outputs)}
+
+    def args(self, launch: Launch) -> list:
+        bound = []
+        for arg in launch.args:
+            if isinstance(arg, TensorArg):
+                bound.append(self.tensors[arg.name])
+            elif isinstance(arg, ArenaArg):
+                bound.append(tensor_view(self.memory, arg.offset, arg.shape, arg.dtype))
+            else:
+                bound.append(scalar_value(arg))
+        return bound
+
+
+def run_on_cpu(
+    manifest: Manifest,
+    source: str,
+    inputs: Mapping[str, Any] | Sequence[Any],
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    workers: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Compile `source` for the CPU harness and run the manifest's launches in order."""
+    from .cpu_harness import CpuModule
+
+    host_inputs = gather_inputs(manifest, inputs)
+    module = CpuModule.compile(source, manifest.source, cache_dir=cache_dir)
+    bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8))
+    for spec in manifest.inputs:
+        bound.tensors[spec.name][...] = to_device_layout(host_inputs[spec.name], spec.dtype)
+    for launch in manifest.launches:
+        module.launch(launch.kernel, launch.grid, launch.block, bound.args(launch), launch.shared_bytes, workers)
+    return {spec.name: from_device_layout(bound.tensors[spec.name].copy(), spec.dtype) for spec in manifest.outputs}

@@ -1,0 +1,267 @@
+"""kernels.json: how to run the kernels of a generated kernels.cu.
+
+The driver writes it beside kernels.cu; the GPU runtime and the CPU harness
+both execute a (manifest, source, inputs) triple with it (execute.py). The
+schema is documented in docs/cuda-manifest.md; `Manifest.from_json`
+validates a document against it and names the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+SCHEMA_VERSION = 1
+MAX_THREADS_PER_BLOCK = 1024
+
+# Element types (the IR's names) -> bytes per element on the device.
+DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
+
+
+class ManifestError(ValueError):
+    """A kernels.json that does not follow the schema."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A program input or output: its name, shape and element type."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A pointer to a program input or output, by name."""
+
+    role: str  # "input" or "output"
+    name: str
+
+    def to_dict(self) -> dict:
+        return {self.role: self.name}
+
+
+@dataclass(frozen=True)
+class ArenaArg:
+    """A pointer to a temporary at a byte offset in the arena."""
+
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+    def to_dict(self) -> dict:
+        return {"arena": self.offset, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    """A scalar passed by value."""
+
+    value: int | float
+    dtype: str
+
+    def to_dict(self) -> dict:
+        return {"scalar": self.value, "dtype": self.dtype}
+
+
+Arg = Union[TensorArg, ArenaArg, ScalarArg]
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple[Arg, ...]
+    shared_bytes: int = 0  # dynamic shared memory
+
+    def __post_init__(self):
+        for name in ("grid", "block"):  # (x,), (x, y) and (x, y, z) are all fine
+            dims = tuple(getattr(self, name))
+            object.__setattr__(self, name, dims + (1,) * (3 - len(dims)))
+        object.__setattr__(self, "args", tuple(self.args))
+
+    def to_dict(self) -> dict:
+        return {
+            "kernel": self.kernel,
+            "grid": list(self.grid),
+            "block": list(self.block),
+            "shared_bytes": self.shared_bytes,
+            "args": [a.to_dict() for a in self.args],
+        }
+
+
+@dataclass(frozen=True)
+class Manifest:
+    source: str  # the .cu file's name, e.g. "kernels.cu"
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    launches: tuple[Launch, ...]
+    arena_bytes: int = 0
+    entry: str = "main"
+    arch: str | None = None  # what the kernels were tiled for; they compile for any
+    version: int = field(default=SCHEMA_VERSION)
+
+    def __post_init__(self):
+        for name in ("inputs", "outputs", "launches"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        self.validate()
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(dict.fromkeys(launch.kernel for launch in self.launches))
+
+    def spec(self, name: str) -> TensorSpec:
+        for spec in (*self.inputs, *self.outputs):
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        document = {
+            "version": self.version,
+            "source": self.source,
+            "entry": self.entry,
+            "arch": self.arch,
+            "arena_bytes": self.arena_bytes,
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "launches": [launch.to_dict() for launch in self.launches],
+        }
+        return {k: v for k, v in document.items() if v is not None}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "Manifest":
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ManifestError(f"kernels.json is not JSON: {exc}") from None
+        return cls.from_dict(document)
+
+    @classmethod
+    def from_dict(cls, document: Any) -> "Manifest":
+        return _Reader().manifest(document)
+
+    def validate(self) -> None:
+        """Check what the types cannot: names resolve, the arena holds every
+        temporary, launches fit the hardware's limits."""
+        if self.version != SCHEMA_VERSION:
+            raise ManifestError(f"version: this fusecc reads version {SCHEMA_VERSION}, not {self.version}")
+        names = [s.name for s in (*self.inputs, *self.outputs)]
+        if len(set(names)) != len(names):
+            raise ManifestError(f"inputs/outputs: names must be unique, got {names}")
+        for spec in (*self.inputs, *self.outputs):
+            _check_dtype(spec.dtype, f"tensor '{spec.name}'")
+        if self.arena_bytes < 0:
+            raise ManifestError("arena_bytes: must not be negative")
+        roles = {s.name: "input" for s in self.inputs} | {s.name: "output" for s in self.outputs}
+        for i, launch in enumerate(self.launches):
+            where = f"launches[{i}] ({launch.kernel})"
+            if any(d < 1 for d in (*launch.grid, *launch.block)) or len(launch.grid) != 3 or len(launch.block) != 3:
+                raise ManifestError(f"{where}: grid and block need one to three positive sizes")
+            if math.prod(launch.block) > MAX_THREADS_PER_BLOCK:
+                raise ManifestError(f"{where}: a block of {math.prod(launch.block)} threads exceeds {MAX_THREADS_PER_BLOCK}")
+            if launch.shared_bytes < 0:
+                raise ManifestError(f"{where}: shared_bytes must not be negative")
+            for j, arg in enumerate(launch.args):
+                at = f"{where}.args[{j}]"
+                if isinstance(arg, TensorArg):
+                    if roles.get(arg.name) != arg.role:
+                        raise ManifestError(f"{at}: no {arg.role} named '{arg.name}'")
+                elif isinstance(arg, ArenaArg):
+                    _check_dtype(arg.dtype, at)
+                    if arg.offset < 0 or arg.offset + arg.nbytes > self.arena_bytes:
+                        raise ManifestError(f"{at}: bytes [{arg.offset}, {arg.offset + arg.nbytes}) lie outside the arena of {self.arena_bytes}")
+                    if arg.offset % DTYPE_BYTES[arg.dtype]:
+                        raise ManifestError(f"{at}: offset {arg.offset} is not aligned for {arg.dtype}")
+                else:
+                    _check_dtype(arg.dtype, at)
+
+
+def _check_dtype(dtype: str, where: str) -> None:
+    if dtype not in DTYPE_BYTES:
+        raise ManifestError(f"{where}: unknown dtype '{dtype}' (one of {', '.join(DTYPE_BYTES)})")
+
+
+class _Reader:
+    """JSON document -> Manifest, with the path of any bad field in the error."""
+
+    def field(self, obj: Any, key: str, kind: type | tuple, where: str, default: Any = ...) -> Any:
+        if not isinstance(obj, dict):
+            raise ManifestError(f"{where}: expected an object")
+        if key not in obj:
+            if default is ...:
+                raise ManifestError(f"{where}: missing '{key}'")
+            return default
+        value = obj[key]
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise ManifestError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {json.dumps(value)}")
+        return value
+
+    def ints(self, obj: Any, key: str, where: str) -> tuple[int, ...]:
+        values = self.field(obj, key, list, where)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise ManifestError(f"{where}.{key}: expected a list of integers, got {json.dumps(values)}")
+        return tuple(values)
+
+    def spec(self, obj: Any, where: str) -> TensorSpec:
+        return TensorSpec(self.field(obj, "name", str, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
+
+    def arg(self, obj: Any, where: str) -> Arg:
+        kinds = [k for k in ("input", "output", "arena", "scalar") if isinstance(obj, dict) and k in obj]
+        if len(kinds) != 1:
+            raise ManifestError(f"{where}: an argument has exactly one of input, output, arena, scalar")
+        kind = kinds[0]
+        if kind in ("input", "output"):
+            return TensorArg(kind, self.field(obj, kind, str, where))
+        if kind == "arena":
+            return ArenaArg(self.field(obj, "arena", int, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
+        return ScalarArg(self.field(obj, "scalar", (int, float), where), self.field(obj, "dtype", str, where))
+
+    def launch(self, obj: Any, where: str) -> Launch:
+        grid, block = self.ints(obj, "grid", where), self.ints(obj, "block", where)
+        if not (1 <= len(grid) <= 3 and 1 <= len(block) <= 3):
+            raise ManifestError(f"{where}: grid and block have one to three sizes")
+        return Launch(
+            kernel=self.field(obj, "kernel", str, where),
+            grid=grid,
+            block=block,
+            args=tuple(self.arg(a, f"{where}.args[{i}]") for i, a in enumerate(self.field(obj, "args", list, where))),
+            shared_bytes=self.field(obj, "shared_bytes", int, where, 0),
+        )
+
+    def manifest(self, doc: Any) -> Manifest:
+        where = "kernels.json"
+        return Manifest(
+            version=self.field(doc, "version", int, where),
+            source=self.field(doc, "source", str, where),
+            entry=self.field(doc, "entry", str, where, "main"),
+            arch=self.field(doc, "arch", str, where, None),
+            arena_bytes=self.field(doc, "arena_bytes", int, where, 0),
+            inputs=tuple(self.spec(s, f"inputs[{i}]") for i, s in enumerate(self.field(doc, "inputs", list, where))),
+            outputs=tuple(self.spec(s, f"outputs[{i}]") for i, s in enumerate(self.field(doc, "outputs", list, where))),
+            launches=tuple(self.launch(l, f"launches[{i}]") for i, l in enumerate(self.field(doc, "launches", list, where))),
+        )

@@ -1,0 +1,107 @@
+"""kernels.json round-trips, rejects malformed documents with the field's
+path, and runs a (manifest, source, inputs) triple on the CPU harness."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fusecc.runtime.cuda.execute import ExecutionError, plan_memory, run_on_cpu
+from fusecc.runtime.cuda.manifest import ArenaArg, Launch, Manifest, ManifestError, ScalarArg, TensorArg, TensorSpec
+from fusecc.runtime.reference import round_bf16
+
+ROWS, COLS = 6, 50
+
+
+def gelu_then_axpby() -> Manifest:
+    """t = gelu(x + bias) into the arena; out = 2*t - x."""
+    n = ROWS * COLS
+    return Manifest(
+        source="elementwise.cu",
+        inputs=(TensorSpec("x", (ROWS, COLS), "f32"), TensorSpec("bias", (COLS,), "f32")),
+        outputs=(TensorSpec("result0", (ROWS, COLS), "f32"),),
+        arena_bytes=4 * n + 64,
+        launches=(
+            Launch(
+                "bias_gelu_2d",
+                grid=(math.ceil(COLS / 16), math.ceil(ROWS / 16)),
+                block=(16, 16),
+                args=(TensorArg("input", "x"), TensorArg("input", "bias"), ArenaArg(64, (ROWS, COLS), "f32"), ScalarArg(ROWS, "i32"), ScalarArg(COLS, "i32")),
+            ),
+            Launch(
+                "axpby",
+                grid=(2,),
+                block=(128,),
+                args=(ArenaArg(64, (n,), "f32"), TensorArg("input", "x"), TensorArg("output", "result0"), ScalarArg(2.0, "f32"), ScalarArg(-1.0, "f32"), ScalarArg(n, "i32")),
+            ),
+        ),
+    )
+
+
+def test_round_trip_and_documented_shape():
+    manifest = gelu_then_axpby()
+    text = manifest.to_json()
+    assert Manifest.from_json(text) == manifest
+    document = json.loads(text)
+    assert document["version"] == 1 and document["arena_bytes"] == 4 * ROWS * COLS + 64
+    assert document["launches"][0]["grid"] == [4, 1, 1] and document["launches"][0]["shared_bytes"] == 0
+    assert document["launches"][1]["args"][:3] == [{"arena": 64, "shape": [ROWS * COLS], "dtype": "f32"}, {"input": "x"}, {"output": "result0"}]
+    assert document["launches"][1]["args"][3] == {"scalar": 2.0, "dtype": "f32"}
+    assert manifest.kernel_names == ["bias_gelu_2d", "axpby"]
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.pop("source"), r"kernels.json: missing 'source'"),
+        (lambda d: d.update(version=2), r"version: this fusecc reads version 1"),
+        (lambda d: d["inputs"][0].update(dtype="f8"), r"tensor 'x': unknown dtype 'f8'"),
+        (lambda d: d["launches"][0]["args"][0].update(input="y"), r"launches\[0\] \(bias_gelu_2d\).args\[0\]: no input named 'y'"),
+        (lambda d: d["launches"][1]["args"][0].update(arena=128), r"launches\[1\] \(axpby\).args\[0\]: bytes \[128, 1328\) lie outside the arena of 1264"),
+        (lambda d: d["launches"][1]["args"][0].update(arena=2), r"offset 2 is not aligned for f32"),
+        (lambda d: d["launches"][1]["args"][1].update(output="result0"), r"launches\[1\].args\[1\]: an argument has exactly one of"),
+        (lambda d: d["launches"][0].update(block=[64, 32]), r"a block of 2048 threads exceeds 1024"),
+        (lambda d: d["launches"][0].update(grid=["4"]), r"launches\[0\].grid: expected a list of integers"),
+    ],
+)
+def test_malformed_manifests_name_the_field(edit, message):
+    document = gelu_then_axpby().to_dict()
+    edit(document)
+    with pytest.raises(ManifestError, match=message):
+        Manifest.from_json(json.dumps(document))
+
+
+def test_memory_plan_is_one_aligned_allocation():
+    plan = plan_memory(gelu_then_axpby())
+    assert plan.offsets == {"x": 1280, "bias": 2560, "result0": 2816}
+    assert plan.total_bytes == 4096
+
+
+def test_cpu_harness_runs_the_triple(cuda_source, cuda_cache_dir):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    bias = rng.standard_normal(COLS).astype(np.float32)
+    outputs = run_on_cpu(gelu_then_axpby(), cuda_source("elementwise.cu"), {"x": x, "bias": bias}, cache_dir=cuda_cache_dir)
+    v = x.astype(np.float64) + bias
+    gelu = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+    assert list(outputs) == ["result0"]
+    np.testing.assert_allclose(outputs["result0"], 2 * gelu - x, rtol=1e-5, atol=1e-6)
+
+    with pytest.raises(ExecutionError, match=r"input 'bias' has shape \[3\], expected \[50\]"):
+        run_on_cpu(gelu_then_axpby(), cuda_source("elementwise.cu"), [x, bias[:3]], cache_dir=cuda_cache_dir)
+
+
+def test_bf16_and_f16_cross_the_host_device_boundary(cuda_source, cuda_cache_dir):
+    n = 300
+    manifest = Manifest(
+        source="half_precision.cu",
+        inputs=(TensorSpec("x", (n,), "bf16"),),
+        outputs=(TensorSpec("y", (n,), "f16"),),
+        launches=(Launch("bf16_plus_one_to_f16", (3,), (128,), (TensorArg("input", "x"), TensorArg("output", "y"), ScalarArg(n, "i32"))),),
+    )
+    x = round_bf16(np.random.default_rng(2).standard_normal(n).astype(np.float32))  # bf16 values, held as float32
+    y = run_on_cpu(manifest, cuda_source("half_precision.cu"), [x], cache_dir=cuda_cache_dir)["y"]
+    assert y.dtype == np.float16 and np.array_equal(y, (x + np.float32(1)).astype(np.float16))
