@@ -48,10 +48,16 @@ class PlannedTarget(Target):
         return f"target '{self.name}' is not implemented yet; use --target reference"
 
 
+def _cuda_target() -> Target:
+    from .cuda.target import CudaTarget
+
+    return CudaTarget()
+
+
 _TARGETS: dict[str, Callable[[], Target]] = {
     "reference": ReferenceTarget,
     "cpu": lambda: PlannedTarget("cpu"),
-    "cuda": lambda: PlannedTarget("cuda"),
+    "cuda": _cuda_target,
 }
 TARGET_NAMES = tuple(_TARGETS)
 

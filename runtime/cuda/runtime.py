@@ -1,0 +1,174 @@
+"""The GPU runtime: a (manifest, kernels.cu, inputs) triple on an NVIDIA GPU.
+
+- CuPy is imported only when a `CudaRuntime` is made; checking for a GPU
+  (`gpu_unavailable_reason`) asks the driver through ctypes and is cheap.
+- Kernels compile with NVRTC (nvrtc.py, the same options as everywhere)
+  for the device's own architecture. Cubins are cached on disk under a
+  digest of the source, arch, NVRTC version and flags, written atomically;
+  CuPy loads them (`RawModule(path=...)`).
+- One device allocation holds the arena, the inputs and the outputs
+  (execute.plan_memory); arguments are bound once, since nothing moves.
+- Launches run in order on one stream. `capture_graph()` records them once
+  as a CUDA graph and later calls replay it: one launch instead of one per
+  kernel (seed point 1: launch overhead).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fusecc.runtime import cache
+
+from .execute import Bound, from_device_layout, gather_inputs, plan_memory, to_device_layout
+from .manifest import Manifest
+from .nvrtc import NvrtcOptions, compile_cuda, nvrtc_version
+from .source import INCLUDE_DIR, PRELUDE_NAME
+
+DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in
+
+
+class GpuUnavailable(RuntimeError):
+    """No usable GPU here; the message says why and what to use instead."""
+
+
+class GpuLaunchError(RuntimeError):
+    """A kernel failed on the device."""
+
+
+@lru_cache(maxsize=1)
+def gpu_unavailable_reason() -> str | None:
+    """None when kernels can run on a GPU here, else the reason why not."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no NVIDIA driver is installed (libcuda.so.1 not found)"
+    status = driver.cuInit(0)
+    if status != 0:
+        return f"the NVIDIA driver did not initialise (cuInit returned error {status})"
+    count = ctypes.c_int(0)
+    if driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return "no CUDA device is visible"
+    if importlib.util.find_spec("cupy") is None:
+        return "CuPy is not installed (pip install 'fusecc[cuda]')"
+    return None
+
+
+def require_gpu() -> None:
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise GpuUnavailable(f"cannot run on a CUDA GPU: {reason}; use --target cpu to run on the CPU")
+
+
+class CudaRuntime:
+    """Compiles and loads kernels for one device, and prepares programs."""
+
+    def __init__(self, device: int = 0, cache_dir: str | os.PathLike | None = None, options: NvrtcOptions = NvrtcOptions()):
+        require_gpu()
+        import cupy
+
+        self.cp = cupy
+        self.device = cupy.cuda.Device(device)
+        self.arch = f"sm_{self.device.compute_capability}"
+        self.options = options
+        self.cache_dir = cache.cache_dir("cubin", cache_dir)
+        with self.device:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._modules: dict[Path, Any] = {}
+
+    def cubin(self, source: str, filename: str = "kernels.cu") -> Path:
+        """The cubin of `source` for this device, from the cache or NVRTC."""
+        flags = self.options.flags(self.arch, "cubin")
+        version = "%d.%d" % nvrtc_version()
+        key = cache.digest(source, filename, self.arch, version, " ".join(flags), (INCLUDE_DIR / PRELUDE_NAME).read_bytes())
+        path = self.cache_dir / f"{key}.cubin"
+        if not path.exists():
+            with cache.locked(path):
+                if not path.exists():
+                    compiled = compile_cuda(source, filename, arch=self.arch, output="cubin", options=self.options)
+                    cache.atomic_write(path, compiled.code)
+        return path
+
+    def module(self, source: str, filename: str = "kernels.cu"):
+        path = self.cubin(source, filename)
+        if path not in self._modules:
+            with self.device:
+                self._modules[path] = self.cp.RawModule(path=str(path))
+        return self._modules[path]
+
+    def prepare(self, manifest: Manifest, source: str) -> "GpuProgram":
+        return GpuProgram(self, manifest, self.module(source, manifest.source))
+
+    def run(self, manifest: Manifest, source: str, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
+        return self.prepare(manifest, source)(inputs)
+
+
+class GpuProgram:
+    """A program's kernels, memory and bound arguments on one device."""
+
+    def __init__(self, runtime: CudaRuntime, manifest: Manifest, module):
+        self.runtime = runtime
+        self.manifest = manifest
+        with runtime.device:
+            self.bound = Bound(manifest, runtime.cp.zeros(plan_memory(manifest).total_bytes, dtype=runtime.cp.uint8))
+            self.kernels = {name: module.get_function(name) for name in manifest.kernel_names}
+        for launch in manifest.launches:
+            kernel = self.kernels[launch.kernel]
+            if launch.shared_bytes > max(DEFAULT_DYNAMIC_SHARED_LIMIT, kernel.max_dynamic_shared_size_bytes):
+                kernel.max_dynamic_shared_size_bytes = launch.shared_bytes
+        self.args = [tuple(self.bound.args(launch)) for launch in manifest.launches]
+        self.graph = None
+
+    def set_inputs(self, inputs: Mapping[str, Any] | Sequence[Any]) -> None:
+        host = gather_inputs(self.manifest, inputs)
+        with self.runtime.device:
+            for spec in self.manifest.inputs:
+                self.bound.tensors[spec.name].set(to_device_layout(host[spec.name], spec.dtype), stream=self.runtime.stream)
+
+    def _launch_each(self) -> None:
+        for launch, args in zip(self.manifest.launches, self.args):
+            self.kernels[launch.kernel](launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+    def launch(self) -> None:
+        """Enqueue the program on the runtime's stream (asynchronous)."""
+        with self.runtime.device, self.runtime.stream:
+            if self.graph is not None:
+                self.graph.launch(self.runtime.stream)
+            else:
+                self._launch_each()
+
+    def capture_graph(self) -> None:
+        """Record the launches once; `launch` then replays the graph."""
+        stream = self.runtime.stream
+        with self.runtime.device, stream:
+            stream.begin_capture()
+            try:
+                self._launch_each()
+            finally:
+                self.graph = stream.end_capture()
+
+    def synchronize(self) -> None:
+        try:
+            self.runtime.stream.synchronize()
+        except Exception as exc:  # CuPy's CUDARuntimeError, or the driver's
+            kernels = ", ".join(self.manifest.kernel_names)
+            raise GpuLaunchError(f"a kernel of {self.manifest.source} ({kernels}) failed on the GPU: {exc}") from exc
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        self.synchronize()
+        with self.runtime.device:
+            return {
+                spec.name: from_device_layout(self.bound.tensors[spec.name].get(stream=self.runtime.stream), spec.dtype)
+                for spec in self.manifest.outputs
+            }
+
+    def __call__(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
+        self.set_inputs(inputs)
+        self.launch()
+        return self.outputs()
