@@ -115,7 +115,7 @@ class GpuProgram:
     def __init__(self, runtime: CudaRuntime, manifest: Manifest, module):
         self.runtime = runtime
         self.manifest = manifest
-        with runtime.device:
+        with runtime.device, runtime.stream:  # zeroed on the stream that then uses it
             self.bound = Bound(manifest, runtime.cp.zeros(plan_memory(manifest).total_bytes, dtype=runtime.cp.uint8))
             self.kernels = {name: module.get_function(name) for name in manifest.kernel_names}
         for launch in manifest.launches:

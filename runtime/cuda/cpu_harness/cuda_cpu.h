@@ -259,7 +259,7 @@ inline void release(Worker& w, int from, int to, int waiting) {
     if (w.fibers[t].state == waiting) w.fibers[t].state = RUNNABLE;
 }
 
-inline void describe_block(Worker& w, char* out, size_t size) {
+inline void describe_block(char* out, size_t size) {
   snprintf(out, size, "block (%u,%u,%u) (blockDim (%u,%u,%u))", blockIdx.x, blockIdx.y, blockIdx.z,
            blockDim.x, blockDim.y, blockDim.z);
 }
@@ -308,7 +308,7 @@ inline bool run_block(Worker& w, int n) {
       int at_warp = 0;
       for (int i = 0; i < n; ++i) at_warp += w.fibers[i].state == AT_WARP;
       char where[160];
-      describe_block(w, where, sizeof where);
+      describe_block(where, sizeof where);
       snprintf(w.error, sizeof w.error,
                "deadlock in %s: %d thread(s) wait at __syncthreads(), %d at a warp operation, %d exited "
                "(a barrier or warp operation that not every live thread reaches)",
@@ -362,7 +362,7 @@ inline T shuffle(T value, int source_lane) {
 inline void trap(const char* what) {
   Worker& w = worker();
   char where[160];
-  describe_block(w, where, sizeof where);
+  describe_block(where, sizeof where);
   snprintf(w.error, sizeof w.error, "%s in %s, thread (%u,%u,%u)", what, where, threadIdx.x, threadIdx.y, threadIdx.z);
   w.current->state = ABORTED;
   suspend(w, *w.current);

@@ -3,8 +3,11 @@ path, and runs a (manifest, source, inputs) triple on the CPU harness."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +108,9 @@ def test_bf16_and_f16_cross_the_host_device_boundary(cuda_source, cuda_cache_dir
     x = round_bf16(np.random.default_rng(2).standard_normal(n).astype(np.float32))  # bf16 values, held as float32
     y = run_on_cpu(manifest, cuda_source("half_precision.cu"), [x], cache_dir=cuda_cache_dir)["y"]
     assert y.dtype == np.float16 and np.array_equal(y, (x + np.float32(1)).astype(np.float16))
+
+
+def test_the_documented_example_is_this_program():
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "cuda-manifest.md").read_text()
+    example = re.search(r"```json\n(.*?)```", doc, re.S).group(1)
+    assert Manifest.from_json(example) == dataclasses.replace(gelu_then_axpby(), source="kernels.cu", arch="sm_90")
