@@ -89,3 +89,5 @@ def test_wheel_installs_only_the_fusecc_namespace(tmp_path):
         assert package.replace(".", "/") + "/__init__.py" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "fusecc-opt = fusecc.tools.opt:main" in entry_points
+    # The CUDA tools read these at run time (package-data in pyproject.toml).
+    assert {"fusecc/runtime/cuda/cpu_harness/cuda_cpu.h", "fusecc/runtime/cuda/include/fusecc_cuda.cuh"} <= set(names)

@@ -43,6 +43,10 @@ class CpuCompileError(CudaCompileError):
     """The host compiler rejected a .cu file; its log is in the message."""
 
 
+class HostCompilerMissing(RuntimeError):
+    """No C++ compiler to build the harness with."""
+
+
 class CpuLaunchError(RuntimeError):
     """A kernel failed while running (deadlock, __trap())."""
 
@@ -160,7 +164,7 @@ def host_compiler() -> tuple[str, str]:
     name = os.environ.get("FUSECC_CXX", "g++")
     path = shutil.which(name)
     if path is None:
-        raise CpuCompileError(name, "-", [], f"the host C++ compiler '{name}' was not found; install g++ or set FUSECC_CXX")
+        raise HostCompilerMissing(f"the host C++ compiler '{name}' was not found; install g++ or set FUSECC_CXX")
     version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
     return path, version[0] if version else "?"
 
