@@ -172,22 +172,19 @@ def host_compiler() -> tuple[str, str]:
 def _precompiled_header(directory: Path, flags: list[str]) -> Path:
     """cuda_cpu.h with a precompiled .gch beside it, built once per header,
     compiler and flags: it halves the time of each later compile (the C++
-    standard headers dominate). g++ falls back to the text if it is unusable."""
-    _, version = host_compiler()
+    standard headers dominate). The folder appears whole (a rename); if the
+    .gch could not be built it stays without one and the text header is used."""
+    cxx, version = host_compiler()
     pch_dir = directory / f"pch-{cache.digest(HEADER.read_bytes(), version, ' '.join(flags))}"
-    if not (pch_dir / "cuda_cpu.h.gch").exists():
+    if not pch_dir.exists():
         with cache.locked(pch_dir):
-            if not (pch_dir / "cuda_cpu.h.gch").exists():
+            if not pch_dir.exists():
                 build = Path(tempfile.mkdtemp(dir=directory, prefix="pch-build-"))
                 shutil.copy(HEADER, build / "cuda_cpu.h")
-                command = [host_compiler()[0], *flags, "-x", "c++-header", "cuda_cpu.h", "-o", "cuda_cpu.h.gch"]
-                proc = subprocess.run(command, cwd=build, capture_output=True, text=True, timeout=300)
-                if proc.returncode != 0:
-                    shutil.rmtree(build, ignore_errors=True)
-                    return HEADER
-                shutil.rmtree(pch_dir, ignore_errors=True)  # a half-built one from a killed run
+                command = [cxx, *flags, "-x", "c++-header", "cuda_cpu.h", "-o", "cuda_cpu.h.gch"]
+                subprocess.run(command, cwd=build, capture_output=True, timeout=300)
                 os.replace(build, pch_dir)
-    return pch_dir / "cuda_cpu.h"
+    return pch_dir / "cuda_cpu.h" if (pch_dir / "cuda_cpu.h.gch").exists() else HEADER
 
 
 def _build(source: str, filename: str, kernels: list[str], flags: list[str], header: Path, library: Path) -> None:
