@@ -23,6 +23,7 @@ import lark
 import numpy as np
 
 from . import attributes as A
+from .cache import cache_dir
 from .diagnostics import DiagnosticError, FileLineColLoc, FusedLoc, Location, NameLoc, UNKNOWN_LOC, error
 from .ir import Block, Operation, Region, lookup_op_class
 from .types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i1, i64, parse_type_token
@@ -305,7 +306,11 @@ class _Reader(lark.Transformer):
 
 @functools.lru_cache(maxsize=1)
 def _lark_parser() -> lark.Lark:
-    return lark.Lark(GRAMMAR, parser="lalr", lexer="contextual", transformer=_Reader(), maybe_placeholders=True, cache=False)
+    # lark's cache of the LALR tables saves ~60 ms per process; it checks the
+    # grammar's hash itself and rebuilds a stale or unreadable file.
+    folder = cache_dir()
+    cache = False if folder is None else str(folder / f"grammar-lark{lark.__version__}.cache")
+    return lark.Lark(GRAMMAR, parser="lalr", lexer="contextual", transformer=_Reader(), maybe_placeholders=True, cache=cache)
 
 
 # --------------------------------------------------------------------------- name resolution
@@ -715,28 +720,41 @@ def _isolated_trait():
 # --------------------------------------------------------------------------- errors
 
 
+# Terminals that can start an operation; listed together they read "an operation".
+_OP_STARTS = {"RESULTS", "OP_NAME", "STRING", "FUNC_KW", "MODULE_KW"}
+
+
 def _describe_expected(expected) -> str:
-    names = sorted({_TERMINAL_NAMES.get(e, f"'{e.lower()}'" if e.isupper() and len(e) < 12 else e) for e in expected})
+    expected = set(expected)
+    names = []
+    if len(expected & _OP_STARTS) >= 3:
+        expected -= _OP_STARTS
+        names.append("an operation")
+    names += sorted({_TERMINAL_NAMES.get(e, f"'{e.lower()}'" if e.isupper() and len(e) < 12 else e) for e in expected})
     if len(names) > 6:
         names = names[:6] + ["..."]
-    return ", ".join(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def _syntax_error(exc: lark.exceptions.UnexpectedInput, filename: str, line_offset: int) -> DiagnosticError:
+def _end_position(text: str) -> tuple[int, int]:
+    """Just after the last non-blank character: where more input was expected."""
+    stripped = text.rstrip()
+    line = stripped.count("\n") + 1
+    return line, len(stripped) - (stripped.rfind("\n") + 1) + 1
+
+
+def _syntax_error(exc: lark.exceptions.UnexpectedInput, text: str, filename: str, line_offset: int) -> DiagnosticError:
     line = getattr(exc, "line", 1)
     column = getattr(exc, "column", 1)
     if isinstance(exc, lark.exceptions.UnexpectedCharacters):
-        char = exc.char if hasattr(exc, "char") else "?"
-        message = f"unexpected character '{char}'"
-    elif isinstance(exc, lark.exceptions.UnexpectedToken):
-        token = exc.token
-        if token.type == "$END":
-            message = f"unexpected end of input; expected {_describe_expected(exc.expected)}"
-            line, column = token.line or line, token.column or column
-        else:
-            message = f"unexpected {_TERMINAL_NAMES.get(token.type, repr(str(token)))} '{token}'; expected {_describe_expected(exc.expected)}"
+        char = getattr(exc, "char", "?")
+        message = "unterminated string" if char == '"' else f"unexpected character '{char}'"
+    elif isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type != "$END":
+        message = f"expected {_describe_expected(exc.expected)}, got '{exc.token}'"
     else:
-        message = "unexpected end of input"
+        expected = getattr(exc, "expected", None)
+        message = "unexpected end of input" + (f"; expected {_describe_expected(expected)}" if expected else "")
+        line, column = _end_position(text)
     if line in (None, -1):
         line, column = 1, 1
     return error(FileLineColLoc(filename, line + line_offset, column), message)
@@ -764,7 +782,7 @@ def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0) -> 
             items = items.children
         return _IRBuilder(filename, line_offset).module(list(items))
     except lark.exceptions.UnexpectedInput as exc:
-        raise _syntax_error(exc, filename, line_offset) from None
+        raise _syntax_error(exc, text, filename, line_offset) from None
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -108,14 +108,18 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
     provided: dict[str, np.ndarray] = {}
     if path is not None:
         try:
-            with np.load(path, allow_pickle=False) as data:
-                provided = {k: data[k] for k in data.files}
+            data = np.load(path, allow_pickle=False)
         except FileNotFoundError:
             raise ToolError(f"could not open inputs file '{path}': no such file") from None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ToolError(f"could not read inputs file '{path}' as .npz: {exc}") from None
-        except AttributeError:  # np.load returned a plain array: an .npy file
-            raise ToolError(f"inputs file '{path}' is a single array (.npy); give an .npz of named arrays") from None
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ToolError(f"inputs file '{path}' is a single array (.npy); give an .npz of named arrays")
+        try:
+            with data:
+                provided = {k: data[k] for k in data.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ToolError(f"could not read inputs file '{path}' as .npz: {exc}") from None
     rng = np.random.default_rng(seed)
     values, used = [], set()
     for index, (arg, t) in enumerate(zip(func.arguments, func.function_type.inputs)):
@@ -150,11 +154,11 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     func = entry_function(module, args.entry)
     inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
     target = targets.get(args.target)
-    try:
-        with phase(f"the '{target.name}' target"):
+    with phase(f"the '{target.name}' target"):
+        try:
             results = target.run(module, func.sym_name, inputs, engine)
-    except InterpreterError as exc:
-        raise ToolError(str(exc)) from None
+        except InterpreterError as exc:
+            raise ToolError(str(exc)) from None
     if args.output:
         try:
             np.savez(args.output, **{f"result{i}": r for i, r in enumerate(results)})

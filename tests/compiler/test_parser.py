@@ -182,8 +182,8 @@ END = "  func.return %x : tensor<4xf32>\n}\n"
 @pytest.mark.parametrize(
     "text, line, col, message",
     [
-        (F, 1, 50, "unexpected end of input"),
-        (F + "  %0 = tensor.exp %x : (tensor<4xf32>) -> \n" + END, 3, 3, "unexpected"),
+        (F, 1, 51, "unexpected end of input; expected an operation, '}' or a block label"),
+        (F + "  %0 = tensor.exp %x : (tensor<4xf32>) -> \n" + END, 3, 3, "expected '(' or a type, got 'func.return'"),
         (F + "  %0 = tensor.nope %x : (tensor<4xf32>) -> tensor<4xf32>\n" + END, 2, 8, "unknown operation 'tensor.nope'"),
         (F + "  %0 = tensor.exp %y : (tensor<4xf32>) -> tensor<4xf32>\n" + END, 2, 19, "use of undefined value '%y'"),
         (F + "  %x = tensor.exp %x : (tensor<4xf32>) -> tensor<4xf32>\n" + END, 2, 3, "redefinition of SSA value '%x'"),
