@@ -109,7 +109,7 @@ class DenseElementsAttr(Attribute):
     one attribute between ops is safe.
     """
 
-    __slots__ = ("type", "array", "_hash")
+    __slots__ = ("type", "array", "_hash", "_splat")
 
     # Above this many elements the printer uses MLIR's hex form, which is
     # exact and keeps large weights from flooding the output.
@@ -117,10 +117,19 @@ class DenseElementsAttr(Attribute):
 
     def __init__(self, array: np.ndarray, type: ShapedType):
         array = np.asarray(array, dtype=type.element_type.numpy_dtype)
-        if array.shape != tuple(type.shape):
-            array = np.broadcast_to(array, type.shape)
-        array = round_to_bf16(array) if type.element_type is bf16 else np.array(array, copy=True)
-        array.flags.writeable = False
+        if type.element_type is bf16:
+            array = round_to_bf16(array)
+        if array.size == 1 and array.shape != tuple(type.shape):
+            # A splat stays one element broadcast to the shape (a read-only
+            # view): `dense<0.5> : tensor<4096x4096xf32>` costs 4 bytes.
+            array = np.broadcast_to(array.reshape(()), type.shape)
+            self._splat = True
+        else:
+            if array.shape != tuple(type.shape):
+                array = np.broadcast_to(array, type.shape)
+            array = np.array(array, copy=True)
+            array.flags.writeable = False
+            self._splat = None
         self.type = type
         self.array = array
         self._hash = None
@@ -131,11 +140,12 @@ class DenseElementsAttr(Attribute):
 
     @property
     def is_splat(self) -> bool:
-        flat = self.array.reshape(-1)
-        return flat.size > 0 and bool(np.all(flat == flat[0]))
+        if self._splat is None:
+            self._splat = self.array.size > 0 and bool(np.all(self.array == self.array.flat[0]))
+        return self._splat
 
     def splat_value(self):
-        return self.array.reshape(-1)[0].item()
+        return self.array.flat[0].item()
 
     def __eq__(self, other) -> bool:
         return (
@@ -146,7 +156,8 @@ class DenseElementsAttr(Attribute):
 
     def __hash__(self) -> int:
         if self._hash is None:
-            self._hash = hash((self.type, self.array.tobytes()))
+            content = self.splat_value() if self.is_splat else self.array.tobytes()
+            self._hash = hash((self.type, content))
         return self._hash
 
     def __str__(self) -> str:

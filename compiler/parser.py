@@ -467,7 +467,7 @@ class _IRBuilder:
         values = self.dense_values(body, t.element_type, type_token)
         array = np.array(values, dtype=dtype)
         if array.ndim == 0:
-            return A.DenseElementsAttr(np.full(t.shape, array, dtype), t)
+            return A.DenseElementsAttr(array, t)  # a splat
         if array.shape != tuple(t.shape):
             raise self.fail(type_token, f"dense literal has shape {list(array.shape)} but the type {t} needs {list(t.shape)}")
         return A.DenseElementsAttr(array, t)
@@ -486,7 +486,7 @@ class _IRBuilder:
             raise self.fail(token, f"dense hex data of {len(raw)} bytes is not a whole number of {t.element_type} elements")
         flat = A.elements_from_bytes(raw, t.element_type)
         if flat.size == 1:
-            return A.DenseElementsAttr(np.full(t.shape, flat[0], flat.dtype), t)
+            return A.DenseElementsAttr(flat[0], t)  # a splat
         if flat.size != t.num_elements:
             raise self.fail(token, f"hex data holds {flat.size} elements but {t} needs {t.num_elements}")
         return A.DenseElementsAttr(flat.reshape(t.shape), t)
