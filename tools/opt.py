@@ -103,6 +103,7 @@ def _process_chunk(args, engine, pipeline, chunk, filename, offset, timing) -> t
     if timing is not None:
         instrumentations.append(timing)
     context = PassContext(diagnostics=engine, target=args.target, explain=args.explain_fusion)
+    errors_before = engine.error_count
     output = None
     try:
         with _timed(timing, "Parser"), phase("the parser"):
@@ -122,7 +123,9 @@ def _process_chunk(args, engine, pipeline, chunk, filename, offset, timing) -> t
             return None, False
         collected.append(exc.diagnostic)
     if not args.verify_diagnostics:
-        return output, True
+        # A pass may report errors without stopping; the chunk still failed.
+        failed = engine.error_count > errors_before
+        return (None, False) if failed else (output, True)
     expectations = verify_diagnostics.parse_expectations(chunk, offset)
     problems = verify_diagnostics.check(expectations, collected, filename)
     for problem in problems:

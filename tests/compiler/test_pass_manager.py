@@ -17,6 +17,7 @@ TEST_PASSES = {
     "test-crash": "testing_passes:Crash",
     "test-record": "testing_passes:RecordFunctions",
     "test-options": "testing_passes:WithOptions",
+    "test-complain": "testing_passes:Complain",
 }
 
 PROGRAM = """\
@@ -193,3 +194,16 @@ def test_opt_instrumentation_flags(capsys, tmp_path):
 def test_opt_list_passes(capsys, tmp_path):
     code, out, err = run_opt(["--list-passes"], capsys, tmp_path)
     assert code == 0 and out.startswith("Available passes:") and "test-break-return" in out
+
+
+def test_opt_fails_when_a_pass_reports_an_error(capsys, tmp_path):
+    code, out, err = run_opt(["-p", "test-complain"], capsys, tmp_path)
+    assert code == 1 and out == ""
+    assert "input.ir:1:1: remark: looked at @first" in err and "input.ir:1:1: error: this function is not allowed" in err
+
+
+def test_opt_verifies_remarks_and_errors_from_passes(capsys, tmp_path):
+    text = PROGRAM.replace("func.func @first", "// expected-remark @below {{looked at @first}}\n// expected-error @below {{not allowed}}\nfunc.func @first")
+    text = text.replace("func.func @second", "// expected-remark @+2 {{looked at @second}}\n// expected-error @+1 {{not allowed}}\nfunc.func @second")
+    code, out, err = run_opt(["-p", "test-complain", "--verify-diagnostics"], capsys, tmp_path, text)
+    assert code == 0, err

@@ -60,3 +60,18 @@ class WithOptions(Pass):
 
     def run(self, op, context: PassContext) -> None:
         context.statistics["options"] = self
+
+
+@dataclass(frozen=True)
+class Complain(Pass):
+    """Reports an error and a remark at each function without raising."""
+
+    name = "test-complain"
+    summary = "emit diagnostics without stopping"
+    anchor = "func.func"
+
+    def run(self, op, context: PassContext) -> None:
+        from fusecc.compiler.diagnostics import Diagnostic, Severity
+
+        context.diagnostics.remark(op.location, f"looked at @{op.attr('sym_name')}")
+        context.diagnostics.emit(Diagnostic(Severity.ERROR, op.location, "this function is not allowed"))
