@@ -23,7 +23,6 @@ import lark
 import numpy as np
 
 from . import attributes as A
-from .cache import cache_dir
 from .diagnostics import DiagnosticError, FileLineColLoc, FusedLoc, Location, NameLoc, UNKNOWN_LOC, error
 from .ir import Block, Operation, Region, lookup_op_class
 from .types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i1, i64, parse_type_token
@@ -308,8 +307,12 @@ class _Reader(lark.Transformer):
 def _lark_parser() -> lark.Lark:
     # lark's cache of the LALR tables saves ~60 ms per process; it checks the
     # grammar's hash itself and rebuilds a stale or unreadable file.
-    folder = cache_dir()
-    cache = False if folder is None else str(folder / f"grammar-lark{lark.__version__}.cache")
+    from fusecc.runtime.cache import cache_dir
+
+    try:
+        cache = str(cache_dir("parser") / f"grammar-lark{lark.__version__}.cache")
+    except OSError:  # no writable cache folder: build the tables each time
+        cache = False
     return lark.Lark(GRAMMAR, parser="lalr", lexer="contextual", transformer=_Reader(), maybe_placeholders=True, cache=cache)
 
 
