@@ -45,16 +45,17 @@ def to_storage(array, element: ScalarType) -> np.ndarray:
     array = np.asarray(array)
     # Overflow to inf (f16) and NaN-to-integer casts are the defined results, not warnings.
     with np.errstate(over="ignore", invalid="ignore"):
+        # copy=False: results computed in float32 are stored as they are.
         if element.is_float:
-            as32 = array.astype(np.float32)
+            as32 = array.astype(np.float32, copy=False)
             if element is bf16:
                 return round_bf16(as32)
-            return as32.astype(element.numpy_dtype)
+            return as32.astype(element.numpy_dtype, copy=False)
         if element.is_bool:
-            return array.astype(np.bool_)
+            return array.astype(np.bool_, copy=False)
         if array.dtype.kind == "f":
             array = np.trunc(array)
-        return array.astype(element.numpy_dtype)
+        return array.astype(element.numpy_dtype, copy=False)
 
 
 def compute_view(array: np.ndarray) -> np.ndarray:
