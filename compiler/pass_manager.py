@@ -22,9 +22,9 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable
 
-from .diagnostics import Diagnostic, DiagnosticEngine, DiagnosticError, InternalCompilerError, Severity
+from .diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError
 from .ir import Operation, lookup_op_class
 from .printer import print_op
 from .verifier import verify
