@@ -173,3 +173,19 @@ def test_opt_reads_stdin_through_the_console_script():
     assert proc.returncode == 0 and "func.func @main(%x: tensor<3xf32>, %arg0: tensor<2x3xf32>" in proc.stdout
     proc = subprocess.run([str(BIN / "fusecc-opt"), "-"], input="func.func @f( {", capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.startswith("<stdin>:1:15: error: expected")
+
+
+def test_a_bug_outside_passes_is_an_internal_error_naming_the_phase(capsys, monkeypatch, program):
+    import fusecc.tools.opt as opt_module
+
+    def broken_printer(*args, **kwargs):
+        raise KeyError("no such value")
+
+    monkeypatch.setattr(opt_module, "print_op", broken_printer)
+    assert opt.main([str(program)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fusecc-opt: internal compiler error in the printer: KeyError: 'no such value'")
+    assert "FUSECC_DEBUG=1" in err and "Traceback" not in err
+    monkeypatch.setenv("FUSECC_DEBUG", "1")
+    with pytest.raises(Exception, match="internal compiler error in the printer"):
+        opt.main([str(program)])
