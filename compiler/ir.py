@@ -235,10 +235,15 @@ class Operation:
     # The custom form may put one symbol first (`func.call @f(%a)`): its attribute name.
     custom_symbol: ClassVar[str | None] = None
     _attr_index: ClassVar[dict[str, AttrDef]] = {}
+    _required_attrs: ClassVar[tuple[str, ...]] = ()
+    _fixed_operand_count: ClassVar[int | None] = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._attr_index = {d.name: d for d in cls.attr_defs}
+        cls._required_attrs = tuple(d.name for d in cls.attr_defs if d.default is REQUIRED)
+        flexible = any(d.variadic or d.optional for d in cls.operand_defs)
+        cls._fixed_operand_count = None if flexible else len(cls.operand_defs)
         _install_accessors(cls)
 
     def __init__(
@@ -525,6 +530,8 @@ def _result_getter(cls, index):
 
 def check_operand_count(cls: type[Operation], count: int) -> str | None:
     """An error message when `count` operands do not fit the declaration."""
+    if cls._fixed_operand_count == count:
+        return None
     defs = cls.operand_defs
     fixed = sum(1 for d in defs if not (d.variadic or d.optional))
     variadic = any(d.variadic for d in defs)

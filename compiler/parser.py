@@ -33,20 +33,23 @@ start: operation*
 ?operation: custom_op | generic_op | func_op | module_op
 
 custom_op: [RESULTS] OP_NAME [custom_operands] [attr_dict] [type_sig] region* [loc]
-custom_operands: SYMBOL ["(" [value_list] ")"] -> symbol_operands
-               | value_list                  -> plain_operands
-generic_op: [RESULTS] STRING "(" [value_list] ")" [generic_regions] [free_attr_dict] ":" function_type [loc]
+custom_operands: SYMBOL ["(" [VALUES] ")"] -> symbol_operands
+               | VALUES                    -> plain_operands
+generic_op: [RESULTS] STRING "(" [VALUES] ")" [generic_regions] [free_attr_dict] type_sig [loc]
 func_op: FUNC_KW SYMBOL "(" [typed_arg ("," typed_arg)*] ")" ["->" result_types] ["attributes" free_attr_dict] region [loc]
 module_op: MODULE_KW [SYMBOL] ["attributes" free_attr_dict] region [loc]
 
-value_list: VALUE ("," VALUE)*
 generic_regions: "(" region ("," region)* ")"
 region: LBRACE region_item* "}"
 ?region_item: operation | block_label
 block_label: CARET_ID ["(" typed_arg ("," typed_arg)* ")"] ":"
 typed_arg: VALUE ":" TYPE [loc]
 
-type_sig: ":" function_type        -> sig_function
+// Well-formed signatures lex as one token; the spelled-out rules below
+// only see text those tokens reject, and give the precise syntax error.
+type_sig: SIGNATURE                -> sig_token
+        | TYPE_LIST                -> sig_token
+        | ":" function_type        -> sig_function
         | ":" TYPE ("," TYPE)*     -> sig_types
 function_type: "(" [TYPE ("," TYPE)*] ")" "->" result_types
 result_types: TYPE                 -> one_type
@@ -77,8 +80,14 @@ loc: LOC_KW "(" loc_body ")"
     | STRING ["(" loc_body ")"]    -> name_loc
     | "fused" "[" loc_body ("," loc_body)* "]" -> fused_loc
 
+// Operand lists and type signatures are single tokens: they make up most
+// of a program's text, and lark's time is per token. The builder splits
+// them (and memoises signatures, which repeat).
 RESULTS.4: /%[A-Za-z0-9_.$\-]+(:[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+)*\s*=(?!=)/
+VALUES.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+(#[0-9]+)?)*/
 VALUE.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?/
+SIGNATURE.4: /:\s*\([^()]*\)\s*->\s*(\([^()]*\)|(tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))/
+TYPE_LIST.3: /:\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))(\s*,\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.])))*/
 FUNC_KW.5: "func.func"
 MODULE_KW.5: "module"
 LOC_KW.5: "loc"
@@ -103,6 +112,9 @@ COMMENT: /\/\/[^\n]*/
 _TERMINAL_NAMES = {
     "RESULTS": "result names",
     "VALUE": "an SSA value",
+    "VALUES": "SSA values",
+    "SIGNATURE": "a type signature ': (...) -> ...'",
+    "TYPE_LIST": "': types'",
     "OP_NAME": "an operation name",
     "SYMBOL": "a symbol (@name)",
     "CARET_ID": "a block label",
@@ -135,7 +147,7 @@ _TERMINAL_NAMES = {
 class OpSyntax:
     """One op as read, before names are resolved."""
 
-    __slots__ = ("kind", "results", "name", "symbol", "operands", "attrs", "operand_types", "result_types", "regions", "loc", "token", "args")
+    __slots__ = ("kind", "results", "name", "symbol", "operands", "attrs", "signature", "result_types", "regions", "loc", "token", "args")
 
     def __init__(self, kind, token):
         self.kind = kind  # "custom", "generic", "func", "module"
@@ -143,9 +155,9 @@ class OpSyntax:
         self.results = None
         self.name = None
         self.symbol = None
-        self.operands = ()
+        self.operands = None  # a VALUES token, or None
         self.attrs = ()
-        self.operand_types = None
+        self.signature = None  # a SIGNATURE or TYPE_LIST token, or None
         self.result_types = None
         self.regions = ()
         self.loc = None
@@ -164,21 +176,20 @@ class _Reader(lark.Transformer):
         if operands is not None:
             op.symbol, op.operands = operands
         op.attrs = attrs or ()
-        if sig is not None:
-            op.operand_types, op.result_types = sig
+        op.signature = sig
         op.regions = rest[:-1]
         op.loc = rest[-1]
         return op
 
     def generic_op(self, c):
-        results, name, values, regions, attrs, ftype, loc = c
+        results, name, values, regions, attrs, signature, loc = c
         op = OpSyntax("generic", results or name)
         op.results = results
         op.name = name
-        op.operands = values or ()
+        op.operands = values
         op.regions = regions or ()
         op.attrs = attrs or ()
-        op.operand_types, op.result_types = ftype
+        op.signature = signature
         op.loc = loc
         return op
 
@@ -206,11 +217,8 @@ class _Reader(lark.Transformer):
         op.loc = loc
         return op
 
-    def value_list(self, c):
-        return c
-
     def symbol_operands(self, c):
-        return (c[0], c[1] or ())  # `@k` alone, `@k()` and `@k(%a)` all parse
+        return (c[0], c[1])  # `@k` alone, `@k()` and `@k(%a)` all parse
 
     def plain_operands(self, c):
         return (None, c[0])
@@ -228,11 +236,14 @@ class _Reader(lark.Transformer):
         return c  # [VALUE, TYPE, loc]
 
     # --- types ---------------------------------------------------------------
-    def sig_function(self, c):
+    def sig_token(self, c):
         return c[0]
 
+    def sig_function(self, c):
+        return ("spelled", c[0][0], c[0][1])
+
     def sig_types(self, c):
-        return (list(c), None)
+        return ("spelled", list(c), None)
 
     def function_type(self, c):
         return ([t for t in c[:-1] if t is not None], c[-1])
@@ -622,21 +633,24 @@ class _IRBuilder:
             defines = definition is not None and definition.kind.label == "string"
             attrs[op_class.custom_symbol] = A.StringAttr(name_only) if defines else A.SymbolRefAttr(name_only)
 
-        operands = [self.use(token, scope) for token in syntax.operands]
-        if syntax.operand_types is not None:
-            declared = self.types(syntax.operand_types)
+        operand_names = _split_list(syntax.operands) if syntax.operands is not None else []
+        operands = [self.use(syntax.operands, name, scope) for name in operand_names]
+        declared, declared_results = self.signature(syntax.signature) if syntax.signature is not None else (None, None)
+        if declared is not None:
             if len(declared) != len(operands):
                 raise self.fail(
                     syntax.name,
                     f"'{name}' has {len(operands)} operand{'s' * (len(operands) != 1)} but {len(declared)} operand type{'s' * (len(declared) != 1)}",
                 )
-            for token, value, want in zip(syntax.operands, operands, declared):
+            for text, value, want in zip(operand_names, operands, declared):
                 if value.type is not want:
-                    raise self.fail(token, f"use of value '{token}' expects type {want}, but it has type {value.type}")
+                    raise self.fail(
+                        _piece(syntax.operands, text), f"use of value '{text}' expects type {want}, but it has type {value.type}"
+                    )
 
         result_names = self.result_names(syntax.results)
-        if syntax.result_types is not None:
-            result_types = self.types(syntax.result_types)
+        if declared_results is not None:
+            result_types = declared_results
         elif not result_names:
             result_types = []
         else:
@@ -694,23 +708,110 @@ class _IRBuilder:
                 raise self.fail(token, f"redefinition of SSA value '%{name}'")
             scope.names[name] = value
 
-    def use(self, token, scope: _Scope):
-        text = str(token)[1:]
-        name, _, number = text.partition("#")
+    def use(self, token, text: str, scope: _Scope):
+        """The value `text` (`%x` or `%r#1`, one name of the VALUES `token`) names."""
+        name, _, number = text[1:].partition("#")
         found = scope.lookup(name)
         if found is None:
-            raise self.fail(token, f"use of undefined value '%{name}'")
+            raise self.fail(_piece(token, text), f"use of undefined value '%{name}'")
         if isinstance(found, tuple):
             if not number:
-                raise self.fail(token, f"'%{name}' names {len(found)} results; pick one with '%{name}#N'")
+                raise self.fail(_piece(token, text), f"'%{name}' names {len(found)} results; pick one with '%{name}#N'")
             index = int(number)
             if index >= len(found):
-                raise self.fail(token, f"result number {index} is out of range: '%{name}' has {len(found)} results")
+                raise self.fail(_piece(token, text), f"result number {index} is out of range: '%{name}' has {len(found)} results")
             return found[index]
-        if number:
-            if int(number) != 0:
-                raise self.fail(token, f"'%{name}' has a single result, not #{number}")
+        if number and int(number) != 0:
+            raise self.fail(_piece(token, text), f"'%{name}' has a single result, not #{number}")
         return found
+
+    def signature(self, token) -> tuple[list, list | None]:
+        """(operand types, result types or None) of a signature: a SIGNATURE
+        or TYPE_LIST token, or the spelled-out form as type tokens."""
+        if isinstance(token, tuple):
+            _, operands, results = token
+            return self.types(operands), (self.types(results) if results is not None else None)
+        text = str(token)
+        found = _signatures.get(text)
+        if found is None:
+            found = _read_signature(text)
+            if isinstance(found, tuple) and len(found) == 2 and isinstance(found[0], str):
+                piece, message = found
+                raise self.fail(_piece(token, piece), message)
+            _signatures[text] = found
+        return found
+
+
+_signatures: dict[str, tuple[list, list | None]] = {}
+
+
+def _split_list(token) -> list[str]:
+    """The comma-separated items of a token's text (types may hold commas inside <>)."""
+    text = str(token)
+    if "<" not in text:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    return [item for item in items if item]
+
+
+def _read_signature(text: str):
+    """Types of `: (A, B) -> R` or `: A, B`; on a bad type, (piece, message)."""
+    body = text[1:].strip()
+    if body.startswith("("):
+        close = body.index(")")
+        inputs_text, results_text = body[1:close], body[close + 1 :].strip()[2:].strip()
+        if results_text.startswith("("):
+            results_text = results_text[1:-1]
+        pieces = (_split_list(inputs_text), _split_list(results_text))
+    else:
+        pieces = (_split_list(body), None)
+    out = []
+    for group in pieces:
+        if group is None:
+            out.append(None)
+            continue
+        types = []
+        for piece in group:
+            try:
+                types.append(parse_type_token(piece))
+            except TypeSyntaxError as exc:
+                return (piece, str(exc))
+        out.append(types)
+    return tuple(out)
+
+
+class _Piece:
+    """A located part of a token, for error messages."""
+
+    __slots__ = ("line", "column", "text")
+
+    def __init__(self, line, column, text):
+        self.line, self.column, self.text = line, column, text
+
+    def __str__(self):
+        return self.text
+
+
+def _piece(token, text: str) -> _Piece:
+    """Where `text` starts inside `token` (first occurrence as a whole item)."""
+    whole = str(token)
+    offset = 0
+    for match in re.finditer(re.escape(text) + r"(?![A-Za-z0-9_.$#\-])", whole):
+        offset = match.start()
+        break
+    before = whole[:offset]
+    line = token.line + before.count("\n")
+    column = offset - before.rfind("\n") if "\n" in before else token.column + offset
+    return _Piece(line, column, text)
 
 
 @functools.lru_cache(maxsize=1)

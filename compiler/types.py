@@ -17,7 +17,7 @@ import numpy as np
 class Type:
     """Base of all types. Subclasses are interned through `_interned`."""
 
-    __slots__ = ("_key", "__weakref__")
+    __slots__ = ("_key", "_text", "__weakref__")
     _cache: ClassVar[dict] = {}
 
     @classmethod
@@ -27,6 +27,7 @@ class Type:
         if found is None:
             found = object.__new__(cls)
             found._key = key
+            found._text = None
             found._init(*key)
             Type._cache[full_key] = found
         return found
@@ -36,6 +37,15 @@ class Type:
 
     def __reduce__(self):
         return (type(self)._interned, self._key)
+
+    def __str__(self) -> str:
+        # Types are immutable and printed over and over: spell each once.
+        if self._text is None:
+            self._text = self._format()
+        return self._text
+
+    def _format(self) -> str:
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return str(self)
@@ -56,7 +66,7 @@ class ScalarType(Type):
         self.name = name
         self.bitwidth = bitwidth
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         return self.name
 
     @property
@@ -181,7 +191,7 @@ class TensorType(ShapedType):
     def with_element_type(self, element_type: ScalarType) -> "TensorType":
         return TensorType(self.shape, element_type)
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         return f"tensor<{self._shape_prefix()}{self.element_type}>"
 
 
@@ -205,7 +215,7 @@ class MemRefType(ShapedType):
         self.element_type = element_type
         self.memory_space = memory_space
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         space = "" if self.memory_space == "global" else f", {self.memory_space}"
         return f"memref<{self._shape_prefix()}{self.element_type}{space}>"
 
@@ -222,7 +232,7 @@ class FunctionType(Type):
         self.inputs = inputs
         self.results = results
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         return f"({', '.join(map(str, self.inputs))}) -> {format_result_types(self.results)}"
 
 

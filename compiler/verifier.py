@@ -19,6 +19,8 @@ def check_attributes(op_class: type[Operation], attributes) -> None:
     """Declared attributes have the right kind; required ones are present;
     undeclared names are allowed only with a dialect prefix (`fusion.forbid`)."""
     index = op_class._attr_index
+    if not attributes and not op_class._required_attrs:
+        return
     for name, value in attributes.items():
         definition = index.get(name)
         if definition is None:
@@ -31,11 +33,9 @@ def check_attributes(op_class: type[Operation], attributes) -> None:
         if definition.choices and value.value not in definition.choices:
             choices = ", ".join(f'"{c}"' for c in definition.choices)
             raise VerifyError(f"attribute '{name}' must be one of {choices}, but is {value}")
-    from .ir import REQUIRED
-
-    for definition in op_class.attr_defs:
-        if definition.default is REQUIRED and definition.name not in attributes:
-            raise VerifyError(f"requires attribute '{definition.name}'")
+    for name in op_class._required_attrs:
+        if name not in attributes:
+            raise VerifyError(f"requires attribute '{name}'")
 
 
 def verify_op_local(op: Operation) -> None:
