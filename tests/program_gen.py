@@ -147,7 +147,10 @@ class ProgramGenerator:
         self.rng = np.random.default_rng(chooser.integer(0, 2**31))
 
     # --- building ------------------------------------------------------------
-    def build(self, num_ops: int) -> Program:
+    def build(self, num_ops: int, return_all: bool = False) -> Program:
+        """A program of at least `num_ops` ops. It returns a few values, so
+        that some ops are dead; with `return_all`, every unused value, so
+        that every op is live."""
         c = self.c
         base = tuple(c.integer(1, 4) for _ in range(c.integer(1, 3)))
         arg_types = [TensorType(base, f32)]
@@ -160,7 +163,10 @@ class ProgramGenerator:
         self.ops: list = []
         while len(func.body) < num_ops:
             getattr(self, "gen_" + c.choice(self.kind_table))()
-        results = list(dict.fromkeys([self.floats[-1], c.choice(self.floats), self.ints[-1]]))
+        if return_all:
+            results = [r for op in self.ops for r in op.results if not r.has_uses()]
+        else:
+            results = list(dict.fromkeys([self.floats[-1], c.choice(self.floats), self.ints[-1]]))
         self.b.create(ReturnOp, results, result_types=[])
         func.attributes["function_type"] = A.TypeAttr(FunctionType(arg_types, [v.type for v in results]))
         module = ModuleOp.build([func])
@@ -381,12 +387,12 @@ class ProgramGenerator:
             self.emit(T.TransposeOp, [y], {"perm": self.random_perm(y.type.rank)})
 
 
-def generate_program(chooser: Chooser, num_ops: int = 40, kinds: dict[str, int] | None = None) -> Program:
-    return ProgramGenerator(chooser, kinds).build(num_ops)
+def generate_program(chooser: Chooser, num_ops: int = 40, kinds: dict[str, int] | None = None, return_all: bool = False) -> Program:
+    return ProgramGenerator(chooser, kinds).build(num_ops, return_all)
 
 
-def random_program(seed: int, num_ops: int = 40, kinds: dict[str, int] | None = None) -> Program:
-    return generate_program(RandomChooser(seed), num_ops, kinds)
+def random_program(seed: int, num_ops: int = 40, kinds: dict[str, int] | None = None, return_all: bool = False) -> Program:
+    return generate_program(RandomChooser(seed), num_ops, kinds, return_all)
 
 
 def programs(min_ops: int = 30, max_ops: int = 60, kinds: dict[str, int] | None = None):
