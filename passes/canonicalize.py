@@ -54,7 +54,7 @@ from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.rewriter import PatternRewriter, RewritePattern, apply_patterns_greedily
 from fusecc.compiler.traits import ConstantLike, Elementwise, Injective, Pure, Reduction
 from fusecc.compiler.types import TensorType
-from fusecc.dialects.tensor import BroadcastToOp, ConstantOp, ReshapeOp, TransposeOp
+from fusecc.dialects.tensor import BroadcastToOp, ConstantOp, TransposeOp
 
 
 # --------------------------------------------------------------------------- constants
@@ -77,8 +77,8 @@ def splat_value(value: Value) -> Any:
     return attr.splat_value()
 
 
-def materialize(rewriter: PatternRewriter, array, type: TensorType, location) -> Value:
-    return rewriter.create(ConstantOp, [], {"value": A.DenseElementsAttr(np.asarray(array), type)}, location=location).result
+def materialize(rewriter: PatternRewriter, value: A.DenseElementsAttr, location) -> Value:
+    return rewriter.create(ConstantOp, [], {"value": value}, location=location).result
 
 
 def replace_with(rewriter: PatternRewriter, op: Operation, x: Value) -> None:
@@ -116,7 +116,8 @@ def make_folder(max_fold_elements: int):
         if not (small or cheap_splat):
             return False
         try:
-            arrays = impl(op, [c.array for c in constants])
+            with np.errstate(all="ignore"):  # NaN and inf are values like any other here
+                arrays = impl(op, [c.array for c in constants])
         except Exception:
             return False  # e.g. integer ** negative integer: the reference raises; leave it to run time
         results = [A.DenseElementsAttr(a, t) for a, t in zip(arrays, op.result_types)]
@@ -128,21 +129,14 @@ def make_folder(max_fold_elements: int):
 
 
 def apply_fold_result(op: Operation, folded: list, rewriter: PatternRewriter) -> bool:
-    """`folded` holds, per result, an existing Value or a DenseElementsAttr."""
+    """Replace op by `folded`: per result, an existing Value or a
+    DenseElementsAttr, of the result's type (the `Operation.fold` contract)."""
     if len(folded) != len(op.results):
         return False
-    values = []
-    for result, item in zip(op.results, folded):
-        if isinstance(item, Value):
-            if item.type is not result.type:
-                return False
-            values.append(item)
-        elif isinstance(item, A.DenseElementsAttr) and item.type is result.type:
-            values.append(None)
-        else:
+    for item, result in zip(folded, op.results):
+        if not isinstance(item, (Value, A.DenseElementsAttr)) or item.type is not result.type:
             return False
-    values = [v if v is not None else rewriter.create(ConstantOp, [], {"value": item}, location=op.location).result for v, item in zip(values, folded)]
-    rewriter.replace_op(op, values)
+    rewriter.replace_op(op, [v if isinstance(v, Value) else materialize(rewriter, v, op.location) for v in folded])
     return True
 
 
@@ -202,8 +196,8 @@ class IntegerMulByZero(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         if is_float_op(op) or 0 not in (splat_value(op.lhs), splat_value(op.rhs)):
             return False
-        t = op.result.type
-        rewriter.replace_op(op, [materialize(rewriter, np.zeros(t.shape, t.element_type.numpy_dtype), t, op.location)])
+        zero = A.DenseElementsAttr(np.zeros((), op.result.type.element_type.numpy_dtype), op.result.type)
+        rewriter.replace_op(op, [materialize(rewriter, zero, op.location)])
         return True
 
 

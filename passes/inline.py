@@ -44,7 +44,7 @@ class Inliner:
     def __init__(self, module: Operation):
         self.functions = {f.sym_name: f for f in module.walk(include_self=False) if isinstance(f, FuncOp)}
         self.done: set[FuncOp] = set()
-        self.path: list[tuple[FuncOp, CallOp | None]] = []  # the functions being inlined, and the call that led there
+        self.path: list[FuncOp] = []  # the chain of functions being inlined into each other
 
     def calls_in(self, func: FuncOp) -> list[CallOp]:
         return [op for op in func.walk(include_self=False) if isinstance(op, CallOp)]
@@ -66,11 +66,10 @@ class Inliner:
         return inlined
 
     def enter(self, callee: FuncOp, call: CallOp) -> None:
-        on_path = [f for f, _ in self.path]
-        if callee in on_path:
-            cycle = [f.sym_name for f in on_path[on_path.index(callee):]] + [callee.sym_name]
-            raise error(call.location, f"cannot inline the recursive call to @{callee.sym_name} (call cycle {' -> '.join('@' + n for n in cycle)})")
-        self.path.append((callee, call))
+        if callee in self.path:
+            cycle = " -> ".join("@" + f.sym_name for f in self.path[self.path.index(callee) :] + [callee])
+            raise error(call.location, f"cannot inline the recursive call to @{callee.sym_name} (call cycle {cycle})")
+        self.path.append(callee)
 
 
 @dataclass(frozen=True)
@@ -82,6 +81,6 @@ class Inline(Pass):
         inliner = Inliner(op)
         total = 0
         for func in list(inliner.functions.values()):
-            inliner.path = [(func, None)]
+            inliner.path = [func]
             total += inliner.inline_into(func)
         context.statistics["inline.calls"] = context.statistics.get("inline.calls", 0) + total

@@ -4,6 +4,7 @@ program, and reach a fixed point."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fusecc.compiler.pass_manager import parse_pipeline, run_pipeline
@@ -34,6 +35,19 @@ def test_cleanup_keeps_numbers_and_reaches_a_fixed_point(program):
     once = print_op(module)
     run_pipeline(CLEANUP, module)
     assert print_op(module) == once, "a second canonicalize,cse,dce changed the program"
+
+
+@pytest.mark.parametrize("pipeline", ["canonicalize", "cse", "dce"])
+@SETTINGS
+@given(program=programs(min_ops=30, max_ops=60))
+def test_each_pass_keeps_numbers(pipeline, program):
+    module = program.module
+    special = program.num_ops % SPECIAL_VARIANTS
+    before = [run_all(module, seed=3), run_all(module, special=special)]
+    run_pipeline(parse_pipeline(pipeline), module)
+    after = [run_all(module, seed=3), run_all(module, special=special)]
+    for b, a in zip(before, after):
+        assert_exact(b["main"], a["main"], pipeline)
 
 
 @SETTINGS
