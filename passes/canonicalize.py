@@ -119,7 +119,7 @@ def make_folder(max_fold_elements: int):
             with np.errstate(all="ignore"):  # NaN and inf are values like any other here
                 arrays = impl(op, [c.array for c in constants])
         except Exception:
-            return False  # e.g. integer ** negative integer: the reference raises; leave it to run time
+            return False  # the reference refuses these operands: leave the op for run time to report
         results = [A.DenseElementsAttr(a, t) for a, t in zip(arrays, op.result_types)]
         if not small and not all(r.is_splat for r in results):
             return False

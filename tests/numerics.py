@@ -31,24 +31,14 @@ def function_inputs(func: Operation, seed: int = 0, special: int | None = None) 
     return inputs
 
 
-def run_all(module: Operation, seed: int = 0, special: int | None = None) -> dict[str, list[np.ndarray] | str]:
-    """Every function's results on seeded random inputs, or the name of the
-    exception the reference raised (integer ** negative integer does)."""
-    out = {}
-    for f in module.functions():
-        try:
-            with np.errstate(all="ignore"):
-                out[f.sym_name] = evaluate(module, f.sym_name, function_inputs(f, seed, special))
-        except ValueError as exc:
-            out[f.sym_name] = f"{type(exc).__name__}: {exc}"
-    return out
+def run_all(module: Operation, seed: int = 0, special: int | None = None) -> dict[str, list[np.ndarray]]:
+    """Every function's results on seeded random inputs."""
+    with np.errstate(all="ignore"):
+        return {f.sym_name: evaluate(module, f.sym_name, function_inputs(f, seed, special)) for f in module.functions()}
 
 
 def assert_exact(before: Sequence[np.ndarray], after: Sequence[np.ndarray], what: str = "") -> None:
     """Same dtypes, shapes and values bit for bit, -0.0 and NaN positions included."""
-    if isinstance(before, str) or isinstance(after, str):
-        assert before == after, what
-        return
     assert len(before) == len(after), what
     for i, (a, b) in enumerate(zip(before, after)):
         a, b = np.asarray(a), np.asarray(b)
@@ -62,9 +52,6 @@ def assert_exact(before: Sequence[np.ndarray], after: Sequence[np.ndarray], what
 
 
 def assert_close(before, after, rtol: float, atol: float, what: str = "") -> None:
-    if isinstance(before, str) or isinstance(after, str):
-        assert before == after, what
-        return
     assert len(before) == len(after), what
     for i, (a, b) in enumerate(zip(before, after)):
         assert a.dtype == b.dtype and a.shape == b.shape, f"{what} result {i}"

@@ -26,7 +26,7 @@ def test_registered():
 
 
 def test_options():
-    manager = parse_pipeline("decompose{ops=softmax,tensor.layernorm},canonicalize{max-fold-elements=8,no-signed-zeros}")
+    manager = parse_pipeline("decompose{ops=softmax,tensor.layernorm},canonicalize{max-fold-elements=8 no-signed-zeros}")
     decompose, canonicalize = manager.entries
     assert decompose.ops == ("softmax", "tensor.layernorm")
     assert canonicalize.max_fold_elements == 8 and canonicalize.no_signed_zeros
