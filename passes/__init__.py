@@ -5,5 +5,10 @@ from fusecc.compiler.pass_manager import register_pass
 
 # name -> "module:Class"
 for _name, _target in {
+    "canonicalize": "fusecc.passes.canonicalize:Canonicalize",
+    "cse": "fusecc.passes.cse:CSE",
+    "dce": "fusecc.passes.dce:DCE",
+    "decompose": "fusecc.passes.decompose:Decompose",
+    "inline": "fusecc.passes.inline:Inline",
 }.items():
     register_pass(_name, _target)

@@ -287,20 +287,24 @@ def _reshape(op, args):
     return [args[0].reshape(op.result.type.shape)]
 
 
+# Layout results are made C-contiguous with np.asarray(order="C"), not
+# np.ascontiguousarray, which turns a rank-0 array into shape (1,).
+
+
 @implements("tensor.transpose")
 def _transpose(op, args):
-    return [np.ascontiguousarray(np.transpose(args[0], op.attr("perm")))]
+    return [np.asarray(np.transpose(args[0], op.attr("perm")), order="C")]
 
 
 @implements("tensor.broadcast_to")
 def _broadcast_to(op, args):
-    return [np.ascontiguousarray(np.broadcast_to(args[0], op.result.type.shape))]
+    return [np.asarray(np.broadcast_to(args[0], op.result.type.shape), order="C")]
 
 
 @implements("tensor.slice")
 def _slice(op, args):
     index = tuple(slice(lo, hi, st) for lo, hi, st, _ in op.bounds())
-    return [np.ascontiguousarray(args[0][index])]
+    return [np.asarray(args[0][index], order="C")]
 
 
 @implements("tensor.concat")
