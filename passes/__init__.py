@@ -5,5 +5,8 @@ from fusecc.compiler.pass_manager import register_pass
 
 # name -> "module:Class"
 for _name, _target in {
+    "tile": "fusecc.passes.lowering.tiling:Tile",
+    "lower-to-loops": "fusecc.passes.lowering.driver:LowerToLoops",
+    "plan-memory": "fusecc.passes.lowering.memory_plan:PlanMemory",
 }.items():
     register_pass(_name, _target)
