@@ -325,10 +325,14 @@ class Analysis:
 def analyse(group: GroupOp) -> Analysis:
     """Nodes and stat levels of a group body; ops that are neither
     elementwise-computable nor reductions raise LoweringError."""
+    return analyse_ops(group.body_ops())
+
+
+def analyse_ops(ops: Sequence[Operation]) -> Analysis:
     depth: dict[Value, int] = {}  # value -> number of stat levels it waits for
     nodes: list[Node] = []
     stats: list[Stat] = []
-    for op in group.body_ops():
+    for op in ops:
         base = max((depth.get(v, 0) for v in op.operands), default=0)
         rule = RULES.get(op.name)
         if rule is None:
@@ -356,4 +360,4 @@ def bind_nodes(em: ScalarEmitter, analysis: Analysis, cx: Context) -> None:
         em.bind(node.op.result, lambda idx, node=node: node.value(cx, list(idx)))
 
 
-__all__ = ["Analysis", "Context", "Node", "RULES", "Stat", "analyse", "bind_nodes", "interleave", "without"]
+__all__ = ["Analysis", "Context", "Node", "RULES", "Stat", "analyse", "analyse_ops", "bind_nodes", "interleave", "without"]

@@ -214,6 +214,15 @@ def _abs(s: Scalars, x: Value, op: Operation) -> Value:
     return s.op(arith.SelectOp, negative, s.op(arith.NegOp, x), x)
 
 
+def _cast(s: Scalars, x: Value, op: Operation) -> Value:
+    """To the result's storage type (rounding as the reference does), then
+    to its compute type, since consumers compute floats in f32."""
+    storage = op.result.type.element_type
+    value = x if x.type is storage else s.cast(x, storage)
+    compute = _compute_type(storage)
+    return value if value.type is compute else s.cast(value, compute)
+
+
 def _relu(s: Scalars, x: Value, op: Operation) -> Value:
     return s.max(x, s.const(0, x.type))
 
@@ -241,7 +250,7 @@ SCALAR_FORMULAS: dict[str, Callable[..., Value]] = {
     "tensor.sigmoid": lambda s, op, x: s.sigmoid(x),
     "tensor.silu": lambda s, op, x: s.mul(x, s.sigmoid(x)),
     "tensor.gelu": lambda s, op, x: _gelu(s, x, op),
-    "tensor.cast": lambda s, op, x: s.cast(x, op.result.type.element_type),
+    "tensor.cast": lambda s, op, x: _cast(s, x, op),
     "tensor.cmp": lambda s, op, a, b: s.op(arith.CmpOp, a, b, predicate=op.attr("predicate")),
     "tensor.select": lambda s, op, c, a, b: s.op(arith.SelectOp, c, a, b),
 }

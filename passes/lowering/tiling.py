@@ -192,9 +192,12 @@ def row_geometry(group: GroupOp) -> tuple[int, int, int] | None:
     from .reduction_analysis import analyse
 
     try:
-        analysis = analyse(group)
+        return analysis_geometry(analyse(group))
     except LoweringError:
         return None
+
+
+def analysis_geometry(analysis) -> tuple[int, int, int] | None:
     rows = analysis.row_shape()
     if rows is None:
         return None
@@ -204,11 +207,19 @@ def row_geometry(group: GroupOp) -> tuple[int, int, int] | None:
 
 
 def _rows(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
-    geometry = row_geometry(group)
-    rows, length, together = geometry or (1, 1, 1)
+    return rows_config(hw, row_geometry(group) or (1, 1, 1), o, _elementwise_registers(group, 2))
+
+
+def rows_config(hw: Hardware, geometry: tuple[int, int, int], o: Overrides, registers: int = 32) -> TileConfig:
+    """Tiles of a row reduction of `rows` rows of `length` elements, reducing
+    `together` stats at once: about 8 elements per thread and row, rows
+    packed into blocks of up to 256 threads, and rows split over several
+    blocks (workers) when there are too few rows to fill the machine and
+    they are long."""
+    rows, length, together = geometry
     if not hw.is_gpu:
         split = o.split or (min(ceil_div(length, 16384), 4 * hw.sm_count) if rows < 2 * hw.sm_count and length >= 65536 else 1)
-        return TileConfig(split=max(1, split), registers_per_thread=_elementwise_registers(group, 1))
+        return TileConfig(split=max(1, split), registers_per_thread=registers)
     per_row = min(256, next_pow2(ceil_div(length, 8)))
     threads = o.threads or min(256, max(hw.warp_size, per_row * next_pow2(rows)))
     split = o.split
@@ -220,7 +231,7 @@ def _rows(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
         rows_per_block = 1
     else:
         rows_per_block = o.rows_per_block or max(1, threads // min(per_row, threads))
-    config = TileConfig(threads=threads, rows_per_block=rows_per_block, split=split, registers_per_thread=_elementwise_registers(group, 2))
+    config = TileConfig(threads=threads, rows_per_block=rows_per_block, split=split, registers_per_thread=registers)
     return replace(config, shared_memory_bytes=reduction_shared_memory(config, together, hw))
 
 
@@ -310,7 +321,9 @@ def _horizontal(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
 def check_limits(group: Operation, hw: Hardware, config: TileConfig) -> None:
     problem = limit_problem(hw, config)
     if problem:
-        raise error(group.location, f"tile choice for group {group.attr('id', '')} ({group.attr('kind')}) {problem}".replace("group  (", "group ("))
+        gid = group.attr("id")
+        name = f"group {gid}" if gid is not None else "group"
+        raise error(group.location, f"tile choice for {name} ({group.attr('kind')}) {problem}")
 
 
 def limit_problem(hw: Hardware, config: TileConfig) -> str | None:
@@ -406,5 +419,6 @@ __all__ = [
     "matmul_resources",
     "read_attributes",
     "row_geometry",
+    "rows_config",
     "tile_config",
 ]
