@@ -111,6 +111,7 @@ class FunctionLowering:
         self.schedule = loop.ScheduleOp.build(func.sym_name, inputs, outputs, input_names, [f"result{i}" for i in range(len(outputs))], func.location)
         self.b = Builder(InsertionPoint.at_end(self.schedule.body), func.location)
         self.buffers: dict[Value, Value] = dict(zip(func.arguments, self.schedule.input_args))
+        self.reshapes: dict[Value, Value] = {}
         self.kernels: list[loop.KernelOp] = []
         self.arena = 0
 
@@ -122,6 +123,13 @@ class FunctionLowering:
         view = self.b.create(loop.ArenaViewOp, [], {"offset": offset}, [t])
         view.result.name_hint = hint
         return view.result
+
+    def buffer(self, value: Value) -> Value:
+        found = self.buffers.get(value)
+        if found is None:
+            found = self.view(self.buffer(self.reshapes[value]), memref_for(value.type))
+            self.buffers[value] = found
+        return found
 
     def view(self, source: Value, t: MemRefType) -> Value:
         if source.type is t:
@@ -141,7 +149,7 @@ class FunctionLowering:
             if isinstance(op, T.ConstantOp):
                 self.buffers[op.result] = self.b.create(loop.ConstantOp, [], {"value": op.attr("value")}).result
             elif isinstance(op, T.ReshapeOp):
-                self.buffers[op.result] = self.view(self.buffers[op.input], memref_for(op.result.type))
+                self.reshapes[op.result] = op.input  # a view, made when first used
             elif isinstance(op, GroupOp):
                 self.lower_group(op, homes)
             elif isinstance(op, F.ReturnOp):
@@ -182,15 +190,16 @@ class FunctionLowering:
                         scratch.append(self.arena_buffer(lowered.scratch[len(scratch)], "scratch"))
             args = [self.arg(group, ref, scratch) for ref in launch.args]
             kernel = launch.kernel
+            name_arguments(kernel, group, launch.args)
             kernel.attributes["sym_name"] = A.StringAttr(self.names.claim(kernel.sym_name))
             self.kernels.append(kernel)
             self.b.create(loop.LaunchOp, args, {"kernel": A.SymbolRefAttr(kernel.sym_name)})
 
     def arg(self, group: GroupOp, ref: ArgRef, scratch: list[Value]) -> Value:
         if ref.source == "input":
-            return self.buffers[group.operands[ref.index]]
+            return self.buffer(group.operands[ref.index])
         if ref.source == "output":
-            return self.buffers[group.results[ref.index]]
+            return self.buffer(group.results[ref.index])
         return scratch[ref.index]
 
     def finish(self, ret: F.ReturnOp, homes: dict[Value, int]) -> None:
@@ -200,8 +209,20 @@ class FunctionLowering:
             while isinstance(root.defining_op, T.ReshapeOp):
                 root = root.defining_op.input
             if homes.get(root) != i:
-                self.b.create(loop.CopyOp, [self.buffers[value], outputs[i]])
+                self.b.create(loop.CopyOp, [self.buffer(value), outputs[i]])
         self.b.create(loop.ReturnOp)
+
+
+def name_arguments(kernel: loop.KernelOp, group: GroupOp, refs: list[ArgRef]) -> None:
+    """Kernel arguments named after what they hold: the group's input names,
+    `out<i>`, `scratch<i>` (unless the template named them)."""
+    for arg, ref in zip(kernel.body.args, refs):
+        if arg.name_hint is not None:
+            continue
+        if ref.source == "input":
+            arg.name_hint = group.body.args[ref.index].name_hint or f"in{ref.index}"
+        else:
+            arg.name_hint = f"{'out' if ref.source == 'output' else 'scratch'}{ref.index}"
 
 
 def align(n: int, alignment: int) -> int:

@@ -133,7 +133,7 @@ class KernelBuilder:
         self._last_hoisted = None
         self.im = KernelIndexMath(self)
         self.s = KernelScalars(self)
-        self._block_body = None  # the GPU block loop's body, where shared buffers go
+        self._outer_body = None  # the block (worker) loop's body, where buffers are allocated
 
     def emitter(self, buffers: dict[Value, Value]) -> ScalarEmitter:
         """A scalar emitter that builds here, with this kernel's constants."""
@@ -183,7 +183,11 @@ class KernelBuilder:
         return self.b.create(arith.MinOp, [self.index(a), self.index(b)]).result
 
     def sub_index(self, a: IndexLike, b: int) -> Value:
-        return self.im.add(self.index(a), self.im.const(-b)) if b else self.index(a)
+        a = self.index(a)
+        known = self.im.value_of(a)
+        if known is not None or not b:
+            return self.im.const(known - b) if known is not None else a
+        return self.b.create(arith.SubOp, [a, self.im.const(b)]).result
 
     def constant(self, value, t: ScalarType) -> Value:
         return self.s.const(value, t)
@@ -198,15 +202,18 @@ class KernelBuilder:
         self.b.create(loop.StoreOp, operands)
 
     def alloc(self, t: MemRefType, hint: str) -> Value:
-        """A kernel-local buffer; shared ones go to the top of the block loop."""
+        """A kernel-local buffer. Shared buffers (GPU) and the local buffers
+        of a CPU kernel go to the top of the outer loop's body: once per
+        block, once per worker iteration."""
         op = loop.AllocOp([], [t], {}, 0, self.kernel.location)
-        if t.memory_space == "shared":
-            if self._block_body is None:
-                raise ValueError("shared buffers need the GPU block loop")
-            anchor = self._block_body.first_op
+        hoisted = t.memory_space == "shared" or not self.hw.is_gpu
+        if hoisted and self._outer_body is not None:
+            anchor = self._outer_body.first_op
             while isinstance(anchor, loop.AllocOp):
                 anchor = anchor.next_op
-            InsertionPoint(self._block_body, anchor).insert(op)
+            InsertionPoint(self._outer_body, anchor).insert(op)
+        elif t.memory_space == "shared":
+            raise ValueError("shared buffers need the GPU block loop")
         else:
             self.b.insert(op)
         op.result.name_hint = hint
@@ -244,6 +251,8 @@ class KernelBuilder:
         if unroll is not None:
             op.attributes["unroll"] = A.IntegerAttr(unroll)
         op.body.args[0].name_hint = name
+        for arg in op.body.args[1:]:
+            arg.name_hint = "acc"
         self._in_block(op.body, lambda: body(*op.body.args))
         return list(op.results)
 
@@ -289,8 +298,7 @@ def build_kernel(kb: KernelBuilder, parts: Sequence[Part], threads: int = 1) -> 
     gpu = kb.hw.is_gpu
 
     def outer(unit: Value) -> None:
-        if gpu:
-            kb._block_body = kb.b.insertion_point.block
+        kb._outer_body = kb.b.insertion_point.block
         dispatch(kb, parts, unit, 0)
 
     if total > 0:

@@ -237,6 +237,14 @@ class CpuRow:
 
     def __init__(self, kb: KernelBuilder):
         self.kb = kb
+        self.lanes: dict[tuple[ScalarType, int], Value] = {}  # reused by every level
+
+    def lane_buffer(self, t: ScalarType, i: int) -> Value:
+        found = self.lanes.get((t, i))
+        if found is None:
+            found = self.kb.alloc(MemRefType([VECTOR], t, "local"), f"lanes{i}")
+            self.lanes[(t, i)] = found
+        return found
 
     def reduce(self, stats: Sequence[Stat], elements: ElementsFn, lo, hi) -> list[Value]:
         kb = self.kb
@@ -245,7 +253,7 @@ class CpuRow:
         static = isinstance(lo, int) and isinstance(hi, int)
         if static and hi - lo < SCALAR_ROW:
             return kb.for_(lo, hi, 1, scalar_body, inits())
-        lanes = [kb.alloc(MemRefType([VECTOR], s.type, "local"), f"acc{i}") for i, s in enumerate(stats)]
+        lanes = [self.lane_buffer(s.type, i) for i, s in enumerate(stats)]
         start = kb.index(lo)
 
         def clear(v):
