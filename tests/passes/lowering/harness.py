@@ -9,7 +9,9 @@ most); groups that reduce sum in another order than numpy's pairwise
 summation, so they get `REDUCTION` (1e-5 relative and absolute, about
 100 ulps for the rows of a few hundred elements the tests use). f16
 intermediates stay in f32 inside a kernel while the reference rounds
-every op's result to f16, so f16 programs get `HALF` (an f16 ulp).
+every op's result to f16, so f16 programs get `HALF` (an f16 ulp). Whole
+programs chain reductions (matmuls over unscaled random data reach values
+of 100), so reordering errors compound: `PROGRAM` (1e-4).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from fusecc.runtime.reference import evaluate, random_input
 ELEMENTWISE = dict(rtol=1e-6, atol=1e-7)
 REDUCTION = dict(rtol=1e-5, atol=1e-5)
 HALF = dict(rtol=2e-3, atol=2e-3)
+PROGRAM = dict(rtol=1e-4, atol=1e-4)
 TARGETS = ("h200", "cpu")
 
 
