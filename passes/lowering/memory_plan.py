@@ -48,7 +48,7 @@ def default_alignment(schedule: loop.ScheduleOp) -> int:
     recorded = schedule.attributes.get(ALIGNMENT_ATTR)
     if isinstance(recorded, A.IntegerAttr):
         return recorded.value
-    gpu = any((k := launch.resolve()) is not None and k.is_gpu for launch in schedule.launches())
+    gpu = any(k.is_gpu for k in kernels_by_name(schedule).values())
     return (H200 if gpu else CPU).buffer_alignment
 
 
@@ -237,8 +237,16 @@ class Plan:
     in_place: list[loop.ArenaViewOp] = field(default_factory=list)
 
 
+def kernels_by_name(schedule: loop.ScheduleOp) -> dict[str, loop.KernelOp]:
+    """The module's kernels by name, looked up once (not per launch)."""
+    module = schedule.parent_op
+    ops = module.body if module is not None else []
+    return {op.sym_name: op for op in ops if isinstance(op, loop.KernelOp)}
+
+
 def plan_schedule(schedule: loop.ScheduleOp, alignment: int) -> Plan:
     intervals = live_intervals(schedule)
+    kernels = kernels_by_name(schedule)
     events = timeline(schedule)
     starts: dict[int, list[Interval]] = {}
     ends: dict[int, list[Interval]] = {}
@@ -255,7 +263,7 @@ def plan_schedule(schedule: loop.ScheduleOp, alignment: int) -> Plan:
     for t in range(max(len(events), 1)):
         starting = starts.get(t, [])
         if t < len(events) and isinstance(events[t], loop.LaunchOp):
-            for out_view, in_view in _in_place_candidates(events[t], roots, by_view, t):
+            for out_view, in_view in _in_place_candidates(events[t], kernels.get(events[t].kernel_name), roots, by_view, t):
                 if out_view in offsets or in_view in handed_over or in_view not in offsets:
                     continue
                 if size[out_view] != size[in_view]:
@@ -273,11 +281,10 @@ def plan_schedule(schedule: loop.ScheduleOp, alignment: int) -> Plan:
     return Plan(offsets, free.top, naive, in_place)
 
 
-def _in_place_candidates(launch: loop.LaunchOp, roots, by_view, t: int):
+def _in_place_candidates(launch: loop.LaunchOp, kernel: loop.KernelOp | None, roots, by_view, t: int):
     """(output buffer, input buffer) pairs of arena buffers that may share
     bytes at this launch: a legal pair whose input dies here and whose output
     starts here, each passed whole and only once."""
-    kernel = launch.resolve()
     if kernel is None:
         return []
     operands = list(launch.operands)

@@ -126,3 +126,10 @@ func.func @main(%x: tensor<4xi32>) -> tensor<4xi32> {
 def test_unknown_target_is_an_error():
     with pytest.raises(DiagnosticError, match="unknown hardware 'tpu'"):
         lower(parse(RESHAPED_RESULT), "tpu")
+
+
+def test_emit_levels_run_tiling_lowering_and_planning():
+    from fusecc.passes.pipelines import pipeline_for_level
+
+    assert pipeline_for_level("tiled", "cpu").endswith("fuse{target=cpu},tile{target=cpu}")
+    assert pipeline_for_level("loop", "a100").endswith("tile{target=a100},lower-to-loops{target=a100},plan-memory")

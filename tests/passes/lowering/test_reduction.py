@@ -115,6 +115,19 @@ INTEGERS = single_group(
     "tensor<5xi32>, tensor<5x9xi32>, tensor<5xi1>, tensor<5xi1>",
 )
 
+# Three stats of two types reduced in one pass over rows of two warps.
+MANY_STATS = single_group(
+    """
+    %s = tensor.reduce_sum %ix {axes = [1]} : (tensor<3x300xf32>) -> tensor<3xf32>
+    %m = tensor.reduce_max %ix {axes = [1]} : (tensor<3x300xf32>) -> tensor<3xf32>
+    %z = tensor.constant {value = dense<2.5> : tensor<f32>} : () -> tensor<f32>
+    %c = tensor.cmp %ix, %z {predicate = "gt"} : (tensor<3x300xf32>, tensor<f32>) -> tensor<3x300xi1>
+    %any = tensor.reduce_max %c {axes = [1]} : (tensor<3x300xi1>) -> tensor<3xi1>
+    fusion.yield %s, %m, %any : tensor<3xf32>, tensor<3xf32>, tensor<3xi1>""",
+    "%x: tensor<3x300xf32>",
+    "tensor<3xf32>, tensor<3xf32>, tensor<3xi1>",
+)
+
 HALF_NORM = single_group(
     """
     %l = tensor.layernorm %ix, %ig, %ib : (tensor<2x3x40xf16>, tensor<40xf16>, tensor<40xf16>) -> tensor<2x3x40xf16>
@@ -130,6 +143,7 @@ PROGRAMS = {
     "leading_axes": LEADING_AXES,
     "transposed_rows": TRANSPOSED_ROWS,
     "not_row_local": NOT_ROW_LOCAL,    "keepdims": KEEPDIMS_AND_SCALARS,
+    "many_stats": MANY_STATS,
     "integers": INTEGERS,
 }
 
@@ -164,6 +178,14 @@ def test_rows_of_several_warps_combine_through_shared_memory():
     (partials,) = ops_of(kernel, loop.AllocOp)
     assert partials.result.type.memory_space == "shared" and partials.result.type.shape == (1, 8)
     assert ops_of(kernel, loop.BarrierOp)
+
+
+def test_stats_of_one_level_share_a_loop_and_the_partial_buffers():
+    (kernel,) = kernels(check_lowering(parse(MANY_STATS), "h200"))
+    loops = [op for op in kernel.walk() if isinstance(op, loop.ForOp) and len(op.results) == 3]
+    assert len(loops) == 1  # sum, max and any in one pass over the row
+    shared = sorted((str(a.result.type)) for a in ops_of(kernel, loop.AllocOp))
+    assert shared == ["memref<3x8xf32, shared>", "memref<3x8xi1, shared>"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
