@@ -33,7 +33,7 @@ from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.diagnostics import error
 from fusecc.compiler.hardware import Hardware, hardware
-from fusecc.compiler.ir import Operation, Region, Block, Value
+from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.traits import Composite, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.types import MemRefType

@@ -146,7 +146,7 @@ def _softmax(op: T.SoftmaxOp) -> Node:
 
 def _norm(op: Operation) -> Node:
     x = op.input
-    shape, rank = x.type.shape, x.type.rank
+    shape = x.type.shape
     count = float(shape[-1])
     node = Node(op)
     kept, reduced = shape[:-1], shape[-1:]

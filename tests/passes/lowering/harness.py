@@ -21,7 +21,6 @@ from typing import Sequence
 import numpy as np
 
 from fusecc.compiler import parse_module, print_op, verify
-from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.dialects import func as F

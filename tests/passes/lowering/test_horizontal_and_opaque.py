@@ -5,7 +5,7 @@ a simple correct kernel; unfused programs lower op by op."""
 from __future__ import annotations
 
 import pytest
-from harness import ELEMENTWISE, REDUCTION, TARGETS, check_lowering, kernels, launches, parse
+from harness import REDUCTION, TARGETS, check_lowering, kernels, launches, parse
 
 from fusecc.dialects import loop
 
