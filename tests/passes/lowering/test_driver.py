@@ -110,17 +110,18 @@ def test_a_kind_without_template_is_an_internal_error_naming_the_group(monkeypat
         lower(parse(RESHAPED_RESULT), "cpu")
 
 
-def test_unsupported_ops_are_located_errors():
-    module = parse(
-        """
-func.func @main(%x: tensor<4xi32>) -> tensor<4xi32> {
-  %0 = tensor.pow %x, %x : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
-  func.return %0 : tensor<4xi32>
-}
-"""
-    )
-    with pytest.raises(DiagnosticError, match="cannot lower group 0 .elementwise.: integer tensor.pow"):
-        lower(module, "cpu")
+def test_template_refusals_are_located_errors(monkeypatch):
+    from fusecc.passes.lowering.driver import load_templates
+    from fusecc.passes.lowering.scalar_emitter import LoweringError
+
+    def refuse(group, hw):
+        raise LoweringError("no way")
+
+    load_templates()
+    monkeypatch.setitem(TEMPLATES, "elementwise", refuse)
+    with pytest.raises(DiagnosticError, match=r"cannot lower group 0 \(elementwise\): no way") as info:
+        lower(parse(RESHAPED_RESULT), "cpu")
+    assert info.value.diagnostic.location.file_line_col().line == 3
 
 
 def test_unknown_target_is_an_error():

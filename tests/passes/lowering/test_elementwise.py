@@ -41,8 +41,8 @@ func.func @main(%x: tensor<4x6xf32>, %y: tensor<6x4xf32>) -> (tensor<6x4xf32>, t
 """
 
 MIXED_TYPES = """
-func.func @main(%x: tensor<5x7xf16>, %n: tensor<5x7xi32>, %m: tensor<7xi32>) -> (tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>) {
-  %r:3 = fusion.group %x, %n, %m {kind = "elementwise"} : (tensor<5x7xf16>, tensor<5x7xi32>, tensor<7xi32>) -> (tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>) {
+func.func @main(%x: tensor<5x7xf16>, %n: tensor<5x7xi32>, %m: tensor<7xi32>) -> (tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>, tensor<5x7xi32>) {
+  %r:4 = fusion.group %x, %n, %m {kind = "elementwise"} : (tensor<5x7xf16>, tensor<5x7xi32>, tensor<7xi32>) -> (tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>, tensor<5x7xi32>) {
   ^bb0(%a: tensor<5x7xf16>, %i: tensor<5x7xi32>, %j: tensor<7xi32>):
     %0 = tensor.exp %a : (tensor<5x7xf16>) -> tensor<5x7xf16>
     %1 = tensor.cast %i : (tensor<5x7xi32>) -> tensor<5x7xf16>
@@ -51,9 +51,12 @@ func.func @main(%x: tensor<5x7xf16>, %n: tensor<5x7xi32>, %m: tensor<7xi32>) -> 
     %4 = tensor.abs %3 : (tensor<5x7xi32>) -> tensor<5x7xi32>
     %5 = tensor.cmp %i, %j {predicate = "gt"} : (tensor<5x7xi32>, tensor<7xi32>) -> tensor<5x7xi1>
     %6 = tensor.select %5, %4, %i : (tensor<5x7xi1>, tensor<5x7xi32>, tensor<5x7xi32>) -> tensor<5x7xi32>
-    fusion.yield %2, %6, %5 : tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>
+    %7 = tensor.constant {value = dense<[0, 1, 2, 3, -1, -2, 7]> : tensor<7xi32>} : () -> tensor<7xi32>
+    %8 = tensor.pow %i, %7 : (tensor<5x7xi32>, tensor<7xi32>) -> tensor<5x7xi32>
+    %9 = tensor.div %8, %j : (tensor<5x7xi32>, tensor<7xi32>) -> tensor<5x7xi32>
+    fusion.yield %2, %6, %5, %9 : tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>, tensor<5x7xi32>
   }
-  func.return %r#0, %r#1, %r#2 : tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>
+  func.return %r#0, %r#1, %r#2, %r#3 : tensor<5x7xf16>, tensor<5x7xi32>, tensor<5x7xi1>, tensor<5x7xi32>
 }
 """
 
