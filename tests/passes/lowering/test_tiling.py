@@ -105,3 +105,13 @@ def test_tile_pass_rejects_a_bad_block():
     module = parse(single("%0 = tensor.exp %ix : (tensor<8xf32>) -> tensor<8xf32>", "%x: tensor<8xf32>", "tensor<8xf32>", "elementwise"))
     with pytest.raises(DiagnosticError, match="block '12x' is not like 128x64"):
         run_pipeline(parse_pipeline("tile{target=h200 block=12x}"), module)
+
+
+@pytest.mark.parametrize("hw", [H200, A100, CPU], ids=lambda h: h.name)
+def test_the_tilers_own_choices_fit_the_hardware(hw):
+    groups = [elementwise(f"tensor<{n}xf32>") for n in (1, 31, 4096, 1 << 24)]
+    groups += [softmax(f"tensor<{r}x{n}xf32>") for r, n in ((1, 7), (3, 300), (64, 4096), (2, 1 << 20), (100000, 16))]
+    groups += [matmul(m, k, n) for m, k, n in ((1, 8, 1), (33, 65, 17), (512, 512, 512), (8192, 1024, 8192))]
+    for group in groups:
+        config = choose_tiles(group, hw)
+        assert limit_problem(hw, config) is None, (group.body_ops()[0].name, config)
