@@ -4,7 +4,7 @@ Each `func.func` becomes one `loop.schedule` of the same name (inputs: the
 function's arguments by name; outputs: `result0`, `result1`, ...) plus the
 `loop.kernel`s its groups lower to; every other op of the module stays.
 
-At function level:
+At function level (ops whose results nobody reads are dropped first):
   * `fusion.group`      -> the launches its kind's template returns (`TEMPLATES`);
   * `tensor.constant`   -> `loop.constant` (a read-only global buffer);
   * `tensor.reshape`    -> `loop.view` of its operand's buffer (no kernel);
@@ -139,6 +139,10 @@ class FunctionLowering:
     # --- the function ------------------------------------------------------------
     def run(self, next_id) -> None:
         body = self.func.body
+        for op in reversed(list(body)):
+            # Nothing reads it: no kernel (all tensor ops and groups are pure).
+            if op.results and not any(r.has_uses() for r in op.results) and not isinstance(op, F.CallOp):
+                op.erase()
         for op in list(body):
             if not isinstance(op, (GroupOp, T.ConstantOp, T.ReshapeOp, F.ReturnOp)):
                 if isinstance(op, F.CallOp):

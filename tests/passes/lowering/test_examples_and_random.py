@@ -93,6 +93,7 @@ class Program:
         self.rng = random.Random(seed)
         self.lines: list[str] = []
         self.values: list[tuple[str, tuple[int, ...]]] = []
+        self.used: set[str] = set()
         self.args = []
         for i in range(3):
             shape = self.rng.choice(SHAPES)
@@ -111,7 +112,11 @@ class Program:
         self.values.append((name, tuple(shape)))
 
     def pick(self):
-        return self.rng.choice(self.values[-5:])
+        return self.use(self.rng.choice(self.values[-5:]))
+
+    def use(self, value):
+        self.used.add(value[0])
+        return value
 
     def step(self) -> None:
         r = self.rng
@@ -123,7 +128,7 @@ class Program:
             self.emit(f"tensor.{op} {x} : ({t(xs)}) -> {t(xs)}", xs)
         elif kind == "binary":
             candidates = [(y, ys) for y, ys in self.values if _broadcast(xs, ys) is not None]
-            y, ys = r.choice(candidates)
+            y, ys = self.use(r.choice(candidates))
             out = _broadcast(xs, ys)
             self.emit(f"tensor.{r.choice(BINARY)} {x}, {y} : ({t(xs)}, {t(ys)}) -> {t(out)}", out)
         elif kind == "reduce" and xs:
@@ -173,10 +178,11 @@ class Program:
         return name
 
     def text(self) -> str:
-        results = self.values[-2:]
+        """Every value nothing else reads is a result, so no op is dead."""
+        body = "\n".join(self.lines)
+        results = [(n, s) for n, s in self.values if n not in self.used and not n.startswith("%a")]
         args = ", ".join(f"{n}: {self.t(s)}" for n, s in self.args)
         types = ", ".join(self.t(s) for _, s in results)
-        body = "\n".join(self.lines)
         return f"func.func @main({args}) -> ({types}) {{\n{body}\n  func.return {', '.join(n for n, _ in results)} : {types}\n}}\n"
 
 
