@@ -120,6 +120,24 @@ class KernelScalars(Scalars):
         return found
 
 
+class KernelEmitter(ScalarEmitter):
+    """The scalar emitter of a kernel: constants (scalars and dense
+    `loop.constant` buffers) at the kernel's entry, once each."""
+
+    def __init__(self, kb: "KernelBuilder", buffers: dict[Value, Value]):
+        super().__init__(kb.b, buffers, kb.im)
+        self.s = kb.s
+        self.kb = kb
+        self._dense: dict = {}
+
+    def constant_buffer(self, attr) -> Value:
+        found = self._dense.get(attr)
+        if found is None:
+            found = self.kb.hoist(loop.ConstantOp, {"value": attr})
+            self._dense[attr] = found
+        return found
+
+
 class KernelBuilder:
     """Creates the ops of one kernel at a moving insertion point.
 
@@ -137,9 +155,7 @@ class KernelBuilder:
 
     def emitter(self, buffers: dict[Value, Value]) -> ScalarEmitter:
         """A scalar emitter that builds here, with this kernel's constants."""
-        em = ScalarEmitter(self.b, buffers, self.im)
-        em.s = self.s
-        return em
+        return KernelEmitter(self, buffers)
 
     def hoist(self, op_class, attributes) -> Value:
         """A constant at the top of the kernel, visible everywhere in it."""

@@ -378,10 +378,14 @@ class ScalarEmitter:
         if attr.is_splat:
             return self.s.const(attr.splat_value(), _compute_type(element))
         buffer = self._constants.get(op.result)
-        if buffer is None:
-            buffer = self.b.create(loop.ConstantOp, [], {"value": attr}).result
+        if buffer is None or not visible_here(self.b, buffer):
+            buffer = self.constant_buffer(attr)
             self._constants[op.result] = buffer
         return self.load(buffer, idx)
+
+    def constant_buffer(self, attr: A.DenseElementsAttr) -> Value:
+        """A `loop.constant` holding `attr`, here (kernel builders hoist it)."""
+        return self.b.create(loop.ConstantOp, [], {"value": attr}).result
 
     # --- layout ops: index maps ----------------------------------------------
     def _layout_transpose(self, op, idx):
