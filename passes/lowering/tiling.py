@@ -387,8 +387,8 @@ class Tile(Pass):
     split: int = 0
 
     def run(self, op: Operation, context: PassContext) -> None:
-        hw = hardware(self.target)
         try:
+            hw = hardware(self.target)
             forced = Overrides(self.threads or None, parse_block(self.block), self.k or None, self.rows_per_block or None, self.split or None)
         except ValueError as exc:
             raise error(op.location, f"tile: {exc}") from None
