@@ -29,6 +29,7 @@ class Hardware:
     sm_count: int  # streaming multiprocessors, or cores on a CPU
     max_ops_per_group: int  # beyond this, compile time and register pressure grow without benefit
     cache_bytes: int  # L2 (GPU) or last-level cache (CPU)
+    buffer_alignment: int = 64  # bytes; arena buffers start at multiples of this (cudaMalloc gives 256)
 
     @property
     def is_gpu(self) -> bool:
@@ -52,6 +53,7 @@ H200 = Hardware(
     sm_count=132,
     max_ops_per_group=64,
     cache_bytes=50 * 1024 * 1024,
+    buffer_alignment=256,
 )
 
 A100 = Hardware(
@@ -71,6 +73,7 @@ A100 = Hardware(
     sm_count=108,
     max_ops_per_group=64,
     cache_bytes=40 * 1024 * 1024,
+    buffer_alignment=256,
 )
 
 # Our CI machine: 2 cores of an AVX-512 EPYC, ~25 GB/s DRAM copy, OpenBLAS

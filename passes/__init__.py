@@ -10,5 +10,8 @@ for _name, _target in {
     "dce": "fusecc.passes.dce:DCE",
     "decompose": "fusecc.passes.decompose:Decompose",
     "inline": "fusecc.passes.inline:Inline",
+    "tile": "fusecc.passes.lowering.tiling:Tile",
+    "lower-to-loops": "fusecc.passes.lowering.driver:LowerToLoops",
+    "plan-memory": "fusecc.passes.lowering.memory_plan:PlanMemory",
 }.items():
     register_pass(_name, _target)

@@ -21,9 +21,15 @@ EMIT_LEVELS: dict[str, Level] = {
     "tensor": Level("", summary="the verified input program"),
     "fused": Level("canonicalize,cse,fuse{{target={target}}}", summary="fusion groups"),
     "tiled": Level("canonicalize,cse,fuse{{target={target}}},tile{{target={target}}}", summary="tiled fusion groups"),
-    "loop": Level("canonicalize,cse,fuse{{target={target}}},lower-to-loops{{target={target}}}", summary="the loop dialect"),
-    "llvm": Level("canonicalize,cse,fuse{{target=cpu}},lower-to-loops{{target=cpu}}", summary="LLVM IR for the CPU"),
-    "cuda": Level("canonicalize,cse,fuse{{target={target}}},lower-to-loops{{target={target}}}", summary="CUDA C"),
+    "loop": Level(
+        "canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
+        summary="the loop dialect: kernels and a host schedule over one planned arena",
+    ),
+    "llvm": Level("canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory", summary="LLVM IR for the CPU"),
+    "cuda": Level(
+        "canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
+        summary="CUDA C",
+    ),
 }
 
 

@@ -214,6 +214,15 @@ def _abs(s: Scalars, x: Value, op: Operation) -> Value:
     return s.op(arith.SelectOp, negative, s.op(arith.NegOp, x), x)
 
 
+def _cast(s: Scalars, x: Value, op: Operation) -> Value:
+    """To the result's storage type (rounding as the reference does), then
+    to its compute type, since consumers compute floats in f32."""
+    storage = op.result.type.element_type
+    value = x if x.type is storage else s.cast(x, storage)
+    compute = _compute_type(storage)
+    return value if value.type is compute else s.cast(value, compute)
+
+
 def _relu(s: Scalars, x: Value, op: Operation) -> Value:
     return s.max(x, s.const(0, x.type))
 
@@ -224,7 +233,7 @@ SCALAR_FORMULAS: dict[str, Callable[..., Value]] = {
     "tensor.add": lambda s, op, a, b: s.add(a, b),
     "tensor.sub": lambda s, op, a, b: s.sub(a, b),
     "tensor.mul": lambda s, op, a, b: s.mul(a, b),
-    "tensor.div": lambda s, op, a, b: s.div(a, b),
+    "tensor.div": lambda s, op, a, b: s.div(a, b) if a.type.is_float else _int_div(s, a, b),
     "tensor.max": lambda s, op, a, b: s.max(a, b),
     "tensor.min": lambda s, op, a, b: s.min(a, b),
     "tensor.pow": lambda s, op, a, b: s.op(m.PowOp, a, b) if a.type.is_float else _int_pow(s, a, b),
@@ -241,14 +250,53 @@ SCALAR_FORMULAS: dict[str, Callable[..., Value]] = {
     "tensor.sigmoid": lambda s, op, x: s.sigmoid(x),
     "tensor.silu": lambda s, op, x: s.mul(x, s.sigmoid(x)),
     "tensor.gelu": lambda s, op, x: _gelu(s, x, op),
-    "tensor.cast": lambda s, op, x: s.cast(x, op.result.type.element_type),
+    "tensor.cast": lambda s, op, x: _cast(s, x, op),
     "tensor.cmp": lambda s, op, a, b: s.op(arith.CmpOp, a, b, predicate=op.attr("predicate")),
     "tensor.select": lambda s, op, c, a, b: s.op(arith.SelectOp, c, a, b),
 }
 
 
+def _int_div(s: Scalars, a: Value, b: Value) -> Value:
+    """C division, except that x / 0 is 0 as in the reference (no trap)."""
+    zero = s.const(0, a.type)
+    by_zero = s.op(arith.CmpOp, b, zero, predicate="eq")
+    safe = s.op(arith.SelectOp, by_zero, s.const(1, a.type), b)
+    return s.op(arith.SelectOp, by_zero, zero, s.div(a, safe))
+
+
 def _int_pow(s: Scalars, a: Value, b: Value) -> Value:
-    raise LoweringError("integer tensor.pow is not supported by the loop lowering")
+    """a**b on integers as the reference computes it: by squaring for b >= 0
+    (one step per bit of the type, squaring only while bits remain), and
+    C-like trunc(1 / a**-b) for b < 0."""
+    t = a.type
+    zero, one, two = s.const(0, t), s.const(1, t), s.const(2, t)
+
+    def cmp(x, y, predicate):
+        return s.op(arith.CmpOp, x, y, predicate=predicate)
+
+    def select(c, x, y):
+        return s.op(arith.SelectOp, c, x, y)
+
+    negative = cmp(b, zero, "lt")
+    steps = [s.const(v, index) for v in (0, t.bitwidth - 1, 1)]
+    squaring = s.b.insert(loop.ForOp.build(*steps, [one, a, select(negative, zero, b)]))
+    saved = s.b.insertion_point
+    s.b.set_insertion_point(InsertionPoint.at_end(squaring.body))
+    _, result, base, e = squaring.body.args
+    odd = cmp(s.op(arith.RemOp, e, two), zero, "ne")
+    rest = s.div(e, two)
+    more = s.b.insert(loop.IfOp.build(cmp(rest, zero, "gt"), [t]))
+    s.b.set_insertion_point(InsertionPoint.at_end(more.then_block))
+    s.b.create(loop.YieldOp, [s.mul(base, base)])
+    s.b.set_insertion_point(InsertionPoint.at_end(more.else_block))
+    s.b.create(loop.YieldOp, [base])
+    s.b.set_insertion_point(InsertionPoint.at_end(squaring.body))
+    s.b.create(loop.YieldOp, [select(odd, s.mul(result, base), result), more.results[0], rest])
+    s.b.set_insertion_point(saved)
+    minus_one = s.op(arith.NegOp, one)
+    even = cmp(s.op(arith.RemOp, b, two), zero, "eq")
+    inverse = select(cmp(a, one, "eq"), one, select(cmp(a, minus_one, "eq"), select(even, one, minus_one), zero))
+    return select(negative, inverse, squaring.results[0])
 
 
 # Float ops that compute in f32 whatever their storage type (as the reference does).
@@ -330,10 +378,14 @@ class ScalarEmitter:
         if attr.is_splat:
             return self.s.const(attr.splat_value(), _compute_type(element))
         buffer = self._constants.get(op.result)
-        if buffer is None:
-            buffer = self.b.create(loop.ConstantOp, [], {"value": attr}).result
+        if buffer is None or not visible_here(self.b, buffer):
+            buffer = self.constant_buffer(attr)
             self._constants[op.result] = buffer
         return self.load(buffer, idx)
+
+    def constant_buffer(self, attr: A.DenseElementsAttr) -> Value:
+        """A `loop.constant` holding `attr`, here (kernel builders hoist it)."""
+        return self.b.create(loop.ConstantOp, [], {"value": attr}).result
 
     # --- layout ops: index maps ----------------------------------------------
     def _layout_transpose(self, op, idx):

@@ -1,0 +1,355 @@
+"""`plan-memory`: share one arena among a schedule's intermediates.
+
+The buffers are the schedule's `loop.arena_view`s (every intermediate and
+scratch buffer; inputs, outputs and constants live elsewhere). A buffer is
+live from the first to the last launch or copy that touches it or any
+`loop.view` of it (the timeline is the schedule's launches and copies in
+order). Walking the timeline, each launch first places the buffers it
+starts, then frees those it ends:
+
+  * in place: an output whose kernel reads an input at exactly the index
+    it writes, before writing it (`in_place_pairs`), takes that input's
+    bytes when the input dies at this launch and has the same size;
+  * otherwise best fit: the smallest free gap that holds the buffer, or
+    the top of the arena.
+
+Offsets and sizes are multiples of the alignment (`alignment=0` means the
+target's: 256 bytes when the schedule launches GPU kernels, else 64).
+Freeing after placing means an output never shares bytes with an input
+of its own launch other than through a legal in-place pair. The plan sets
+each view's `offset` and the schedule's `arena_size`, and records
+`plan.naive_bytes` (every intermediate its own bytes) and
+`plan.in_place` (buffers that took an input's bytes) on the schedule.
+`memory_check.check_plan` proves a plan sound independently.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.hardware import CPU, H200
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.pass_manager import Pass, PassContext
+from fusecc.dialects import loop
+
+
+def align(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+ALIGNMENT_ATTR = "plan.alignment"  # set by lower-to-loops from the target
+
+
+def default_alignment(schedule: loop.ScheduleOp) -> int:
+    """The alignment lower-to-loops recorded, else that of any GPU (when the
+    schedule launches GPU kernels) or of the CPU."""
+    recorded = schedule.attributes.get(ALIGNMENT_ATTR)
+    if isinstance(recorded, A.IntegerAttr):
+        return recorded.value
+    gpu = any(k.is_gpu for k in kernels_by_name(schedule).values())
+    return (H200 if gpu else CPU).buffer_alignment
+
+
+# --------------------------------------------------------------------------- in place
+
+
+def in_place_pairs(kernel: loop.KernelOp) -> set[tuple[int, int]]:
+    """(output argument, input argument) pairs of a kernel where the output
+    may live in the input's bytes.
+
+    True when every load of the input and every store of the output use the
+    very same index values, all inside one loop whose induction variables
+    those indices depend on, and every such load comes before every such
+    store in that loop's body. Then each iteration reads its elements of
+    the input before it overwrites them, and no iteration reads an element
+    another one wrote (templates write each output element once).
+    """
+    args = list(kernel.body.args)
+    loads: dict[int, list[Operation]] = {}
+    stores: dict[int, list[Operation]] = {}
+    other: set[int] = set()
+    position = {arg: i for i, arg in enumerate(args)}
+    order: dict[Operation, int] = {}
+    for n, op in enumerate(kernel.walk(include_self=False)):
+        order[op] = n
+        for operand_index, value in enumerate(op.operands):
+            i = position.get(value)
+            if i is None:
+                continue
+            if isinstance(op, loop.LoadOp) and operand_index == 0:
+                loads.setdefault(i, []).append(op)
+            elif isinstance(op, loop.StoreOp) and operand_index == 1:
+                stores.setdefault(i, []).append(op)
+            else:
+                other.add(i)
+    pairs = set()
+    for out, out_stores in stores.items():
+        if out in loads or out in other:
+            continue
+        for inp, inp_loads in loads.items():
+            if inp in stores or inp in other or args[inp].type.byte_size != args[out].type.byte_size:
+                continue
+            if args[inp].type.shape != args[out].type.shape:
+                continue
+            if _reads_before_writes(inp_loads, out_stores, order):
+                pairs.add((out, inp))
+    return pairs
+
+
+def _reads_before_writes(reads, writes, order) -> bool:
+    index = tuple(writes[0].indices)
+    if any(tuple(op.indices) != index for op in reads + writes):
+        return False
+    loops = {_enclosing_loop(op) for op in reads + writes}
+    if len(loops) != 1:
+        return False
+    (body_loop,) = loops
+    if body_loop is None or not _depends_on(index, set(_induction_vars(body_loop))):
+        return False
+    return max(order[op] for op in reads) < min(order[op] for op in writes)
+
+
+def _enclosing_loop(op: Operation) -> Operation | None:
+    parent = op.parent_op
+    while parent is not None and not isinstance(parent, (loop.ForOp, loop.ParallelOp, loop.KernelOp)):
+        parent = parent.parent_op
+    return parent if isinstance(parent, (loop.ForOp, loop.ParallelOp)) else None
+
+
+def _induction_vars(op: Operation) -> list[Value]:
+    return [op.induction_var] if isinstance(op, loop.ForOp) else list(op.induction_vars)
+
+
+def _depends_on(values, roots: set[Value]) -> bool:
+    """Does every value of `values` derive from one of `roots`? (The index
+    of an element written once per iteration must.)"""
+    seen: dict[Value, bool] = {}
+
+    def visit(v: Value) -> bool:
+        if v in roots:
+            return True
+        if v in seen:
+            return seen[v]
+        seen[v] = False
+        op = v.defining_op
+        result = op is not None and any(visit(o) for o in op.operands)
+        seen[v] = result
+        return result
+
+    return any(visit(v) for v in values)
+
+
+# --------------------------------------------------------------------------- liveness
+
+
+def timeline(schedule: loop.ScheduleOp) -> list[Operation]:
+    return [op for op in schedule.body if isinstance(op, (loop.LaunchOp, loop.CopyOp))]
+
+
+def arena_roots(schedule: loop.ScheduleOp) -> dict[Value, loop.ArenaViewOp]:
+    """Every value that aliases an arena buffer -> that buffer's view op."""
+    roots: dict[Value, loop.ArenaViewOp] = {}
+    for op in schedule.body:
+        if isinstance(op, loop.ArenaViewOp):
+            roots[op.result] = op
+        elif isinstance(op, loop.ViewOp) and op.source in roots:
+            roots[op.result] = roots[op.source]
+    return roots
+
+
+@dataclass
+class Interval:
+    buffer: loop.ArenaViewOp
+    first: int
+    last: int
+
+
+def live_intervals(schedule: loop.ScheduleOp) -> list[Interval]:
+    roots = arena_roots(schedule)
+    events = timeline(schedule)
+    spans: dict[loop.ArenaViewOp, list[int]] = {}
+    for t, op in enumerate(events):
+        for value in op.operands:
+            root = roots.get(value)
+            if root is not None:
+                span = spans.setdefault(root, [t, t])
+                span[1] = t
+    out = []
+    position = {op: n for n, op in enumerate(schedule.body)}
+    event_positions = [position[op] for op in events]
+    for view in dict.fromkeys(roots.values()):
+        span = spans.get(view)
+        if span is None:
+            # Never used: live at the next event, so it still gets bytes.
+            t = min(bisect.bisect_left(event_positions, position[view]), max(0, len(events) - 1))
+            span = [t, t]
+        out.append(Interval(view, span[0], span[1]))
+    return out
+
+
+# --------------------------------------------------------------------------- placing
+
+
+class FreeList:
+    """Free gaps of the arena below its high-water mark, best fit."""
+
+    def __init__(self):
+        self.gaps: list[tuple[int, int]] = []  # (offset, size), sorted by offset
+        self.top = 0
+
+    def allocate(self, size: int) -> int:
+        best = None
+        for n, (offset, gap) in enumerate(self.gaps):
+            if gap >= size and (best is None or gap < self.gaps[best][1]):
+                best = n
+        if best is not None:
+            offset, gap = self.gaps[best]
+            if gap == size:
+                del self.gaps[best]
+            else:
+                self.gaps[best] = (offset + size, gap - size)
+            return offset
+        if self.gaps and sum(self.gaps[-1]) == self.top:
+            offset, _ = self.gaps.pop()  # extend the gap at the top
+        else:
+            offset = self.top
+        self.top = offset + size
+        return offset
+
+    def free(self, offset: int, size: int) -> None:
+        n = bisect.bisect_left(self.gaps, (offset, 0))
+        self.gaps.insert(n, (offset, size))
+        if n + 1 < len(self.gaps) and sum(self.gaps[n]) == self.gaps[n + 1][0]:
+            self.gaps[n] = (offset, size + self.gaps[n + 1][1])
+            del self.gaps[n + 1]
+        if n > 0 and sum(self.gaps[n - 1]) == self.gaps[n][0]:
+            self.gaps[n - 1] = (self.gaps[n - 1][0], self.gaps[n - 1][1] + self.gaps[n][1])
+            del self.gaps[n]
+
+
+@dataclass
+class Plan:
+    offsets: dict[loop.ArenaViewOp, int]
+    arena_size: int
+    naive_size: int
+    in_place: list[loop.ArenaViewOp] = field(default_factory=list)
+
+
+def kernels_by_name(schedule: loop.ScheduleOp) -> dict[str, loop.KernelOp]:
+    """The module's kernels by name, looked up once (not per launch)."""
+    module = schedule.parent_op
+    ops = module.body if module is not None else []
+    return {op.sym_name: op for op in ops if isinstance(op, loop.KernelOp)}
+
+
+def plan_schedule(schedule: loop.ScheduleOp, alignment: int) -> Plan:
+    intervals = live_intervals(schedule)
+    kernels = kernels_by_name(schedule)
+    events = timeline(schedule)
+    starts: dict[int, list[Interval]] = {}
+    ends: dict[int, list[Interval]] = {}
+    for iv in intervals:
+        starts.setdefault(iv.first, []).append(iv)
+        ends.setdefault(iv.last, []).append(iv)
+    by_view = {iv.buffer: iv for iv in intervals}
+    roots = arena_roots(schedule)
+    size = {iv.buffer: align(iv.buffer.result.type.byte_size, alignment) for iv in intervals}
+    offsets: dict[loop.ArenaViewOp, int] = {}
+    handed_over: set[loop.ArenaViewOp] = set()
+    in_place: list[loop.ArenaViewOp] = []
+    free = FreeList()
+    for t in range(max(len(events), 1)):
+        starting = starts.get(t, [])
+        if t < len(events) and isinstance(events[t], loop.LaunchOp):
+            for out_view, in_view in _in_place_candidates(events[t], kernels.get(events[t].kernel_name), roots, by_view, t):
+                if out_view in offsets or in_view in handed_over or in_view not in offsets:
+                    continue
+                if size[out_view] != size[in_view]:
+                    continue
+                offsets[out_view] = offsets[in_view]
+                handed_over.add(in_view)
+                in_place.append(out_view)
+        for iv in starting:
+            if iv.buffer not in offsets:
+                offsets[iv.buffer] = free.allocate(size[iv.buffer])
+        for iv in ends.get(t, []):
+            if iv.buffer not in handed_over:
+                free.free(offsets[iv.buffer], size[iv.buffer])
+    naive = sum(size.values())
+    return Plan(offsets, free.top, naive, in_place)
+
+
+def _in_place_candidates(launch: loop.LaunchOp, kernel: loop.KernelOp | None, roots, by_view, t: int):
+    """(output buffer, input buffer) pairs of arena buffers that may share
+    bytes at this launch: a legal pair whose input dies here and whose output
+    starts here, each passed whole and only once."""
+    if kernel is None:
+        return []
+    operands = list(launch.operands)
+    counts: dict[loop.ArenaViewOp, int] = {}
+    for v in operands:
+        if v in roots:
+            counts[roots[v]] = counts.get(roots[v], 0) + 1
+    out = []
+    for out_arg, in_arg in sorted(in_place_pairs(kernel)):
+        o, i = operands[out_arg], operands[in_arg]
+        ov, iv = roots.get(o), roots.get(i)
+        if ov is None or iv is None or ov is iv or counts[ov] != 1 or counts[iv] != 1:
+            continue
+        if not _whole(o, ov) or not _whole(i, iv):
+            continue
+        if by_view[iv].last == t and by_view[ov].first == t:
+            out.append((ov, iv))
+    return out
+
+
+def _whole(value: Value, view: loop.ArenaViewOp) -> bool:
+    """`value` covers all of `view`'s bytes from its start (itself, or views at offset 0)."""
+    size = value.type.byte_size
+    while value is not view.result:
+        op = value.defining_op
+        if not isinstance(op, loop.ViewOp) or op.offset != 0:
+            return False
+        value = op.source
+    return size == view.result.type.byte_size
+
+
+def apply_plan(schedule: loop.ScheduleOp, plan: Plan) -> None:
+    for view, offset in plan.offsets.items():
+        view.attributes["offset"] = A.IntegerAttr(offset)
+    schedule.attributes["arena_size"] = A.IntegerAttr(plan.arena_size)
+    schedule.attributes["plan.naive_bytes"] = A.IntegerAttr(plan.naive_size)
+    schedule.attributes["plan.in_place"] = A.IntegerAttr(len(plan.in_place))
+
+
+@dataclass(frozen=True)
+class PlanMemory(Pass):
+    """Arena offsets for every intermediate of every schedule."""
+
+    name = "plan-memory"
+    summary = "Place schedule intermediates in one arena, reusing bytes by liveness (best fit, in place)"
+    anchor = "builtin.module"
+
+    alignment: int = 0
+    remarks: bool = False
+
+    def run(self, module: Operation, context: PassContext) -> None:
+        for schedule in [op for op in module.body if isinstance(op, loop.ScheduleOp)]:
+            plan = plan_schedule(schedule, self.alignment or default_alignment(schedule))
+            apply_plan(schedule, plan)
+            context.statistics.setdefault("memory", {})[schedule.sym_name] = {
+                "arena_bytes": plan.arena_size,
+                "naive_bytes": plan.naive_size,
+                "in_place": len(plan.in_place),
+            }
+            if self.remarks or context.explain:
+                context.diagnostics.remark(
+                    schedule.location,
+                    f"memory plan for @{schedule.sym_name}: arena of {plan.arena_size} bytes for {len(plan.offsets)} buffers "
+                    f"(naive plan {plan.naive_size} bytes), {len(plan.in_place)} in place",
+                )
+
+
+__all__ = ["FreeList", "Plan", "PlanMemory", "apply_plan", "arena_roots", "in_place_pairs", "live_intervals", "plan_schedule", "timeline"]
