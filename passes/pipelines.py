@@ -13,17 +13,35 @@ from typing import Callable
 @dataclass(frozen=True)
 class Level:
     pipeline: str  # with {target} and {arch} placeholders
-    emitter: Callable | None = None  # text for the level; None prints the IR
+    emitter: Callable | None = None  # (module, driver args) -> text for the level; None prints the IR
     summary: str = ""
+    from_loops: bool = False  # the level starts from loop IR: a module already there skips the pipeline
+
+
+def _cuda_level(module, args) -> str:
+    from fusecc.passes.cuda_level import write_cuda_level
+
+    return write_cuda_level(module, args)
+
+
+def is_loop_level(module) -> bool:
+    """A module of `loop.kernel`s and `loop.schedule`s, with no tensor functions left."""
+    ops = {op.name for op in module.body} if module.regions else set()
+    return bool(ops & {"loop.kernel", "loop.schedule"}) and "func.func" not in ops
 
 
 EMIT_LEVELS: dict[str, Level] = {
     "tensor": Level("", summary="the verified input program"),
     "fused": Level("canonicalize,cse,fuse{{target={target}}}", summary="fusion groups"),
     "tiled": Level("canonicalize,cse,fuse{{target={target}}},tile{{target={target}}}", summary="tiled fusion groups"),
-    "loop": Level("canonicalize,cse,fuse{{target={target}}},lower-to-loops{{target={target}}}", summary="the loop dialect"),
+    "loop": Level("canonicalize,cse,fuse{{target={target}}},lower-to-loops{{target={target}}}", summary="the loop dialect", from_loops=True),
     "llvm": Level("canonicalize,cse,fuse{{target=cpu}},lower-to-loops{{target=cpu}}", summary="LLVM IR for the CPU"),
-    "cuda": Level("canonicalize,cse,fuse{{target={target}}},lower-to-loops{{target={target}}}", summary="CUDA C"),
+    "cuda": Level(
+        "canonicalize,cse,fuse{{target={target}}},lower-to-loops{{target={target}}}",
+        emitter=_cuda_level,
+        summary="CUDA C (and, with -o, its launch manifest)",
+        from_loops=True,
+    ),
 }
 
 
