@@ -267,8 +267,9 @@ class Effects:
 class KernelEmitter:
     """Writes one kernel's C function (and its constant data) into `lines`."""
 
-    def __init__(self, kernel: loop.KernelOp, name: str, restrict_params: set[int], globals_taken: set[str]):
+    def __init__(self, kernel: loop.KernelOp, name: str, restrict_params: set[int], globals_taken: set[str], param_hints=()):
         self.kernel = kernel
+        self.param_hints = list(param_hints)
         self.name = name
         self.restrict_params = restrict_params
         self.lines: list[str] = []
@@ -500,8 +501,10 @@ class KernelEmitter:
         params: list[KernelParam] = []
         self.prologue: list[str] = []
         for i, arg in enumerate(self.kernel.body.args):
-            name = self.name_for(arg, f"arg{i}")
             t = arg.type
+            role = "out" if arg in self.written else "in" if isinstance(t, MemRefType) else "arg"
+            hint = self.param_hints[i] if i < len(self.param_hints) else None
+            name = self.name_for(arg, c_identifier(hint) or f"{role}{i}")
             if isinstance(t, MemRefType):
                 written = arg in self.written
                 restrict = " __restrict__" if i in self.restrict_params else ""
@@ -901,6 +904,18 @@ def copy_kernel(element: ScalarType) -> list[str]:
     ]
 
 
+def launch_names(module: Operation) -> dict[loop.KernelOp, list[str | None]]:
+    """Names for kernel parameters the loop IR left unnamed: what the first
+    launch passes (a program input or output, or a named temporary)."""
+    names: dict[loop.KernelOp, list[str | None]] = {}
+    for schedule in (op for op in module.walk() if isinstance(op, loop.ScheduleOp)):
+        for launch in schedule.launches():
+            kernel = launch.resolve()
+            if kernel is not None and kernel not in names:
+                names[kernel] = [base_buffer(v).name_hint if isinstance(v.type, MemRefType) else v.name_hint for v in launch.operands]
+    return names
+
+
 def emit_cuda(module: Operation, source_name: str | None = None) -> CudaSource:
     """The CUDA C translation unit for every GPU kernel of `module`."""
     kernels = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
@@ -908,7 +923,8 @@ def emit_cuda(module: Operation, source_name: str | None = None) -> CudaSource:
     taken: set[str] = {kernel_c_name(k) for k in kernels}
     if len(taken) != len(kernels):
         raise EmitError("two kernels have the same name in C: " + ", ".join(sorted(k.sym_name for k in kernels)))
-    emitters = [KernelEmitter(kernel, kernel_c_name(kernel), restrict[kernel], taken) for kernel in kernels]
+    hints = launch_names(module)
+    emitters = [KernelEmitter(kernel, kernel_c_name(kernel), restrict[kernel], taken, hints.get(kernel, ())) for kernel in kernels]
     bodies = [em.emit() for em in emitters]
     copies = sorted({op.source.type.element_type for op in module.walk() if isinstance(op, loop.CopyOp)}, key=str)
 
