@@ -83,8 +83,12 @@ def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kern
             info = by_symbol[op.kernel_name]
             if 0 in info.grid or 0 in info.block:
                 continue  # an empty iteration space: nothing to run
-            args = [argument(v, f"launch of @{op.kernel_name}, argument {i}") for i, v in enumerate(op.operands)]
+            args = [argument(v, f"launch of @{op.kernel_name}, argument {i}") for i, v in enumerate(op.operands) if i not in info.baked_args]
             launches.append(Launch(info.name, info.grid, info.block, args, info.dynamic_shared_bytes))
+        elif isinstance(op, loop.CopyOp) and op in cuda.fills:
+            fill = cuda.kernel(cuda.fills[op])
+            if op.target.type.num_elements:
+                launches.append(Launch(fill.name, fill.grid, fill.block, [argument(op.target, "loop.copy target")]))
         elif isinstance(op, loop.CopyOp):
             count = op.source.type.num_elements
             if op.source.type.element_type is not op.target.type.element_type:
@@ -107,13 +111,11 @@ def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kern
 
 # --------------------------------------------------------------------------- NVRTC
 
-_ERROR_LINE = re.compile(r"\((\d+)\): (?:catastrophic )?error")
-
-
-def blame(cuda: CudaSource, log: str) -> list[str]:
-    """The kernels whose lines NVRTC's errors point at (the file's preamble when none)."""
+def blame(cuda: CudaSource, filename: str, log: str) -> list[str]:
+    """The kernels whose lines NVRTC's errors in `filename` point at."""
     names = []
-    for line in (int(m.group(1)) for m in _ERROR_LINE.finditer(log)):
+    errors = re.finditer(rf"^{re.escape(filename)}\((\d+)\): (?:catastrophic )?error", log, re.M)
+    for line in (int(m.group(1)) for m in errors):
         kernel = cuda.kernel_at_line(line)
         name = kernel.name if kernel else f"the preamble (line {line})"
         if name not in names:
@@ -144,7 +146,7 @@ def compile_checked(cuda: CudaSource, filename: str, arch: str, resource_usage: 
             return usage_of(cuda.text, filename, arch)
         return compile_cuda(cuda.text, filename, arch=arch, output="ptx")
     except NvrtcError as exc:
-        kernels = blame(cuda, exc.log)
+        kernels = blame(cuda, filename, exc.log)
         where = f"{PHASE} (kernel{'s' * (len(kernels) != 1)} {', '.join(kernels)})" if kernels else PHASE
         raise InternalCompilerError(where, GeneratedCodeRejected(f"NVRTC rejected the generated CUDA C for {arch}:\n{exc.log}")) from None
 

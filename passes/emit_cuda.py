@@ -81,6 +81,7 @@ class KernelInfo:
     lines: tuple[int, int]  # first and last line of the kernel (and its constants) in the source
     group: int | None = None
     kind: str | None = None
+    baked_args: tuple[int, ...] = ()  # arguments the kernel reads as constant data instead: the launch leaves them out
 
     @property
     def threads(self) -> int:
@@ -91,6 +92,7 @@ class KernelInfo:
 class CudaSource:
     text: str
     kernels: list[KernelInfo] = field(default_factory=list)
+    fills: dict = field(default_factory=dict)  # loop.copy of a schedule constant -> its fill kernel's name
 
     def kernel(self, name: str) -> KernelInfo:
         for k in self.kernels:
@@ -261,15 +263,55 @@ class Effects:
         return bool(self.reads or self.writes)
 
 
+# --------------------------------------------------------------------------- constant data
+
+
+def unique_global(base: str, taken: set[str]) -> str:
+    name, suffix = base, 1
+    while name in taken:
+        name, suffix = f"{base}_{suffix}", suffix + 1
+    taken.add(name)
+    return name
+
+
+def constant_array(name: str, op: loop.ConstantOp, comment: str) -> tuple[list[str], str]:
+    """`static __device__ const T name[n] = {...};` holding `op`'s value, and
+    the C expression that reads it. f16/bf16 data is kept as exact f32
+    values: loads need no conversion. Data with infinities or NaNs is kept
+    as bit patterns (NVRTC has no constant expression for them) and read
+    through a pointer cast."""
+    t = op.result.type
+    element = t.element_type
+    c_type = "float" if is_reduced_float(element) else "long long" if element is index else C_STORAGE[element]
+    values = np.asarray(op.attr("value").array).reshape(-1)
+    expr = name
+    if element.is_float and not np.all(np.isfinite(values)):
+        wide = element is f64
+        bits = values.astype(np.float64 if wide else np.float32).view(np.uint64 if wide else np.uint32)
+        items = [f"0x{int(b):0{16 if wide else 8}x}{'ull' if wide else 'u'}" for b in bits]
+        expr = f"reinterpret_cast<const {c_type}*>({name})"
+        c_type = "unsigned long long" if wide else "unsigned int"
+    elif element.is_float:
+        items = [float_literal(float(v), f64 if element is f64 else f32) for v in values]
+    else:
+        items = [int_literal(int(v), c_type) for v in values]
+    lines = [f"// {t}, {comment}", f"static __device__ const {c_type} {name}[{max(len(items), 1)}] = {{"]
+    for start in range(0, len(items), 8):
+        lines.append("    " + ", ".join(items[start : start + 8]) + ",")
+    return lines + (["    0,"] if not items else []) + ["};"], expr
+
+
 # --------------------------------------------------------------------------- the emitter
 
 
 class KernelEmitter:
     """Writes one kernel's C function (and its constant data) into `lines`."""
 
-    def __init__(self, kernel: loop.KernelOp, name: str, restrict_params: set[int], globals_taken: set[str], param_hints=()):
+    def __init__(self, kernel: loop.KernelOp, name: str, restrict_params: set[int], globals_taken: set[str], param_hints=(), baked=None):
         self.kernel = kernel
         self.param_hints = list(param_hints)
+        self.baked = dict(baked or {})  # argument index -> C name of the schedule constant every launch passes there
+        self.baked_args = {kernel.body.args[i] for i in self.baked}
         self.name = name
         self.restrict_params = restrict_params
         self.lines: list[str] = []
@@ -339,6 +381,11 @@ class KernelEmitter:
     def _written_buffers(self) -> set[Value]:
         return {base_buffer(op.buffer) for op in self.kernel.walk() if isinstance(op, loop.StoreOp)}
 
+    def is_constant(self, buffer: Value) -> bool:
+        """Whether `buffer` is constant data (kept as f32 for f16/bf16)."""
+        base = base_buffer(buffer)
+        return isinstance(base.defining_op, loop.ConstantOp) or base in self.baked_args
+
     def _memory_key(self, buffer: Value):
         """What two accesses must share to touch the same memory across threads."""
         base = base_buffer(buffer)
@@ -353,7 +400,7 @@ class KernelEmitter:
             if isinstance(inner, (loop.LoadOp, loop.StoreOp)):
                 t = inner.buffer.type
                 base = base_buffer(inner.buffer)
-                if t.memory_space == "local" or isinstance(base.defining_op, loop.ConstantOp):
+                if t.memory_space == "local" or self.is_constant(base):
                     continue
                 (out.writes if isinstance(inner, loop.StoreOp) else out.reads).add(self._memory_key(inner.buffer))
         return out
@@ -502,6 +549,11 @@ class KernelEmitter:
         self.prologue: list[str] = []
         for i, arg in enumerate(self.kernel.body.args):
             t = arg.type
+            if i in self.baked:
+                if arg in self.written:
+                    raise EmitError(f"kernel @{self.kernel.sym_name} writes to argument {i}, a constant of the schedule")
+                self.c[arg] = self.baked[i]
+                continue
             role = "out" if arg in self.written else "in" if isinstance(t, MemRefType) else "arg"
             hint = self.param_hints[i] if i < len(self.param_hints) else None
             name = self.name_for(arg, c_identifier(hint) or f"{role}{i}")
@@ -646,34 +698,15 @@ class KernelEmitter:
             self.line(f"__shared__ {c_type} {name}[{count}];{dims}")
 
     def emit_loop_constant(self, op: loop.ConstantOp) -> None:
-        t = op.result.type
-        values = np.asarray(op.attr("value").array).reshape(-1)
-        element = t.element_type
-        # f16/bf16 constants are kept as exact f32 values: no conversion on load.
-        c_type = "float" if is_reduced_float(element) else self.storage_type(element)
-        base = c_identifier(op.result.name_hint) or "data"
-        name = f"{self.name}_{base}"
-        suffix = 1
-        while name in self.globals_taken:
-            name, suffix = f"{self.name}_{base}_{suffix}", suffix + 1
-        self.globals_taken.add(name)
-        self.c[op.result] = name
-        if element.is_float:
-            literal = lambda v: float_literal(float(v), f32 if is_reduced_float(element) else element)  # noqa: E731
-        else:
-            literal = lambda v: int_literal(int(v), c_type)  # noqa: E731
-        items = [literal(v) for v in values] or ["0"]
-        self.data_lines.append(f"// {t}, read by {self.name}")
-        self.data_lines.append(f"static __device__ const {c_type} {name}[{len(items)}] = {{")
-        for start in range(0, len(items), 8):
-            self.data_lines.append("    " + ", ".join(items[start : start + 8]) + ",")
-        self.data_lines.append("};")
+        name = unique_global(f"{self.name}_{c_identifier(op.result.name_hint) or 'data'}", self.globals_taken)
+        lines, self.c[op.result] = constant_array(name, op, f"read by {self.name}")
+        self.data_lines += lines
 
     def emit_loop_view(self, op: loop.ViewOp) -> None:
         source, t = op.source.type, op.result.type
         c_type = self.storage_type(t.element_type)
         base = base_buffer(op.source)
-        const = "" if base in self.written and not isinstance(base.defining_op, loop.ConstantOp) else "const "
+        const = "" if base in self.written and not self.is_constant(base) else "const "
         if source.element_type is t.element_type and op.offset % t.element_type.byte_size == 0:
             step = op.offset // t.element_type.byte_size
             expr = self.e(op.source) + (f" + {step}" if step else "")
@@ -699,7 +732,7 @@ class KernelEmitter:
     def emit_loop_load(self, op: loop.LoadOp) -> None:
         t = op.buffer.type.element_type
         access = self.element(op.buffer, op.indices)
-        from_constant = isinstance(base_buffer(op.buffer).defining_op, loop.ConstantOp)
+        from_constant = self.is_constant(op.buffer)
         if is_reduced_float(t) and not from_constant:
             access = f"{LOAD_CONVERSION[t]}({access})"
         if op.guard is not None:
@@ -916,6 +949,43 @@ def launch_names(module: Operation) -> dict[loop.KernelOp, list[str | None]]:
     return names
 
 
+def fill_kernel(name: str, element: ScalarType, data: str, count: int) -> list[str]:
+    """A kernel for the schedule's `loop.copy` of a constant into a buffer."""
+    c_type = "long long" if element is index else C_STORAGE[element]
+    value = f"{STORE_CONVERSION[element]}({data}[i])" if is_reduced_float(element) else f"{data}[i]"
+    return [
+        f"// {name}: a loop.copy of the host schedule, from the constant {data}",
+        f'extern "C" __global__ void __launch_bounds__({COPY_KERNEL_BLOCK}) {name}({c_type}* __restrict__ target) {{',
+        f"  const long long i = (long long)blockIdx.x * {COPY_KERNEL_BLOCK} + threadIdx.x;",
+        f"  if (i < {count}) target[i] = {value};",
+        "}",
+    ]
+
+
+def schedule_constant(value: Value) -> loop.ConstantOp | None:
+    """The schedule's `loop.constant` that `value` is (a view at offset 0 of)."""
+    while isinstance(value.defining_op, loop.ViewOp) and value.defining_op.offset == 0:
+        value = value.defining_op.source
+    op = value.defining_op
+    return op if isinstance(op, loop.ConstantOp) and isinstance(op.parent_op, loop.ScheduleOp) else None
+
+
+def baked_constants(module: Operation) -> dict[loop.KernelOp, dict[int, loop.ConstantOp]]:
+    """Kernel arguments that every launch fills with the same schedule
+    constant: the kernel reads the data directly, as a `__device__` array,
+    and the parameter goes (kernels.json has no way to pass constant data)."""
+    found: dict[loop.KernelOp, dict[int, loop.ConstantOp]] = {}
+    for schedule in (op for op in module.walk() if isinstance(op, loop.ScheduleOp)):
+        for launch in schedule.launches():
+            kernel = launch.resolve()
+            constants = {i: schedule_constant(v) for i, v in enumerate(launch.operands) if isinstance(v.type, MemRefType)}
+            if kernel not in found:
+                found[kernel] = {i: c for i, c in constants.items() if c is not None}
+            elif any(found[kernel].get(i) is not c for i, c in constants.items()):
+                raise EmitError(f"launches of @{kernel.sym_name} pass different constants (or a constant and a buffer) as one argument")
+    return found
+
+
 def emit_cuda(module: Operation, source_name: str | None = None) -> CudaSource:
     """The CUDA C translation unit for every GPU kernel of `module`."""
     kernels = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
@@ -923,38 +993,59 @@ def emit_cuda(module: Operation, source_name: str | None = None) -> CudaSource:
     taken: set[str] = {kernel_c_name(k) for k in kernels}
     if len(taken) != len(kernels):
         raise EmitError("two kernels have the same name in C: " + ", ".join(sorted(k.sym_name for k in kernels)))
+
+    # Constants of the schedule: file-scope data, read by kernels in place of an argument or copied by a fill kernel.
+    baked = baked_constants(module)
+    copies = [op for op in module.walk() if isinstance(op, loop.CopyOp)]
+    fills = [op for op in copies if schedule_constant(op.source) is not None]
+    data_names: dict[loop.ConstantOp, str] = {}  # -> the C expression reading it
+    data_lines: list[str] = []
+    for constant in [c for k in kernels for c in baked.get(k, {}).values()] + [schedule_constant(op.source) for op in fills]:
+        if constant not in data_names:
+            name = unique_global(c_identifier(constant.result.name_hint) or "constant", taken)
+            lines, data_names[constant] = constant_array(name, constant, "a constant of the schedule")
+            data_lines += lines
+
     hints = launch_names(module)
-    emitters = [KernelEmitter(kernel, kernel_c_name(kernel), restrict[kernel], taken, hints.get(kernel, ())) for kernel in kernels]
+    emitters = [
+        KernelEmitter(k, kernel_c_name(k), restrict[k], taken, hints.get(k, ()), {i: data_names[c] for i, c in baked.get(k, {}).items()})
+        for k in kernels
+    ]
     bodies = [em.emit() for em in emitters]
-    copies = sorted({op.source.type.element_type for op in module.walk() if isinstance(op, loop.CopyOp)}, key=str)
+    copy_types = sorted({op.source.type.element_type for op in copies if op not in fills}, key=str)
+    fill_names = {op: unique_global(f"fusecc_fill_{n}", taken) for n, op in enumerate(fills)}
 
     reduced = set().union(*(em.uses_reduced_float for em in emitters)) if emitters else set()
-    count = len(kernels) + len(copies)
+    count = len(kernels) + len(copy_types) + len(fills)
     lines = [f"// CUDA C generated by fusecc{' from ' + source_name if source_name else ''}: {count} kernel{'s' * (count != 1)}.",
              "// Launch geometry and arguments: the manifest (.json) beside this file. Float modes: docs/cuda-target.md."]
-    if reduced or any(e in (f16, bf16) for e in copies):
+    if reduced or any(is_reduced_float(op.source.type.element_type) for op in copies):
         lines += PRELUDE_REDUCED_FLOAT.rstrip("\n").split("\n")
     if any(em.dynamic_shared for em in emitters):
         lines += PRELUDE_DYNAMIC_SHARED.rstrip("\n").split("\n")
+    if data_lines:
+        lines += [""] + data_lines
     infos = []
-    for em, body in zip(emitters, bodies):
+
+    def add(body: list[str], info_args) -> None:
         lines.append("")
         first = len(lines) + 1
-        lines += em.data_lines
+        lines.extend(body)
+        infos.append(KernelInfo(*info_args[:7], (first, len(lines)), *info_args[7:]))
+
+    for em, body in zip(emitters, bodies):
         if em.dynamic_shared:
             # The dynamic shared block is declared inside the kernel, before its body.
             open_at = next(i for i, text in enumerate(body) if text.startswith('extern "C"'))
             body = body[: open_at + 1] + ["  FUSECC_EXTERN_SHARED(unsigned char, fusecc_dynamic_shared);"] + body[open_at + 1 :]
-        lines += body
         k = em.kernel
-        infos.append(
-            KernelInfo(em.name, k.sym_name, em.grid, em.block, em.static_shared, em.dynamic_shared, em.params, (first, len(lines)), k.attr("group"), k.attr("kind"))
-        )
-    for element in copies:
-        lines.append("")
-        first = len(lines) + 1
-        lines += copy_kernel(element)
+        add(em.data_lines + body, (em.name, k.sym_name, em.grid, em.block, em.static_shared, em.dynamic_shared, em.params, k.attr("group"), k.attr("kind"), tuple(sorted(em.baked))))
+    for element in copy_types:
         c_type = "long long" if element is index else C_STORAGE[element]
         params = [KernelParam("source", f"const {c_type}* __restrict__", f"memref<?x{element}>"), KernelParam("target", f"{c_type}* __restrict__", f"memref<?x{element}>", True), KernelParam("count", "long long", "i64")]
-        infos.append(KernelInfo(copy_kernel_name(element), "", (0, 1, 1), (COPY_KERNEL_BLOCK, 1, 1), 0, 0, params, (first, len(lines)), None, "copy"))
-    return CudaSource("\n".join(lines) + "\n", infos)
+        add(copy_kernel(element), (copy_kernel_name(element), "", (0, 1, 1), (COPY_KERNEL_BLOCK, 1, 1), 0, 0, params, None, "copy"))
+    for op, name in fill_names.items():
+        element, n = op.target.type.element_type, op.target.type.num_elements
+        params = [KernelParam("target", f"{'long long' if element is index else C_STORAGE[element]}* __restrict__", str(op.target.type), True)]
+        add(fill_kernel(name, element, data_names[schedule_constant(op.source)], n), (name, "", (-(-n // COPY_KERNEL_BLOCK), 1, 1), (COPY_KERNEL_BLOCK, 1, 1), 0, 0, params, None, "copy"))
+    return CudaSource("\n".join(lines) + "\n", infos, fill_names)
