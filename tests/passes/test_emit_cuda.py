@@ -204,7 +204,10 @@ loop.kernel @swap {
 def test_f32_literals_are_exact(bits):
     value = np.array(bits, dtype=np.uint32).view(np.float32)
     text = float_literal(float(value), f32)
-    if not np.isfinite(value):
+    if np.isinf(value):
+        assert text == ("FUSECC_POS_INF" if value > 0 else "FUSECC_NEG_INF")
+        return
+    if np.isnan(value):
         assert text == f"__int_as_float(0x{bits:08x})"
         return
     spelled = np.float32(float(text.strip("()").removesuffix("f")))
