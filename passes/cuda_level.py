@@ -151,6 +151,36 @@ def compile_checked(cuda: CudaSource, filename: str, arch: str, resource_usage: 
         raise InternalCompilerError(where, GeneratedCodeRejected(f"NVRTC rejected the generated CUDA C for {arch}:\n{exc.log}")) from None
 
 
+# --------------------------------------------------------------------------- for `fusecc run --target cuda`
+
+ARCH_HARDWARE = {"sm_80": "a100", "sm_90": "h200"}
+
+
+def compile_program(module: Operation, entry: str | None = None, arch: str = "sm_90", context=None) -> tuple[str, "object"]:
+    """(kernels.cu text, Manifest) of `entry` for a GPU of `arch`: the CUDA
+    pipeline first unless the module is loop IR already. The source is
+    checked with NVRTC, so a rejected kernel is an internal error here."""
+    from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
+    from fusecc.passes.pipelines import is_loop_level, pipeline_for_level
+
+    if not is_loop_level(module):
+        target = ARCH_HARDWARE.get(arch, "h200")
+        try:
+            pipeline = parse_pipeline(pipeline_for_level("cuda", target=target, arch=arch))
+        except PipelineError as exc:
+            from fusecc.tools.common import ToolError
+
+            raise ToolError(f"target 'cuda': the lowering to loops is not available yet ({exc})") from None
+        run_pipeline(pipeline, module, context or PassContext(target=target))
+    try:
+        cuda = emit_cuda(module)
+        manifest = build_manifest(module, cuda, "kernels.cu", arch, entry)
+    except EmitError as exc:
+        raise InternalCompilerError(PHASE, exc) from None
+    compile_checked(cuda, manifest.source, arch)
+    return cuda.text, manifest
+
+
 # --------------------------------------------------------------------------- the driver hook
 
 

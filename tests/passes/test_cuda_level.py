@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+import numpy as np
 import pytest
 
 from fusecc.passes import emit_cuda
@@ -84,3 +85,56 @@ def test_manifest_arguments_cover_arena_views_and_copies(tmp_path):
         ("fused_7_elementwise", [2, 1, 1], [{"arena": 1024, "shape": [16, 16], "dtype": "f32"}, {"input": "x"}, {"output": "result0"}]),
         ("fusecc_copy_f32", [1, 1, 1], [{"arena": 1024, "shape": [16, 16], "dtype": "f32"}, {"output": "result1"}, {"scalar": 256, "dtype": "i64"}]),
     ]
+
+
+def _program_inputs(module):
+    from fusecc.compiler.types import TensorType
+    from fusecc.passes.cuda_level import entry_schedule
+    from fusecc.runtime.reference import random_input
+
+    rng = np.random.default_rng(3)
+    return [random_input(TensorType(a.type.shape, a.type.element_type), rng) for a in entry_schedule(module).input_args]
+
+
+def _load(path):
+    from fusecc.compiler import parse_module, verify
+
+    module = parse_module(pathlib.Path(path).read_text(), str(path))
+    verify(module)
+    return module
+
+
+def test_compile_program_gives_what_the_cuda_target_launches(tmp_path):
+    """`fusecc run --target cuda` runs compile_program's (source, manifest);
+    here the CPU harness runs it in the GPU's place."""
+    from fusecc.passes.cuda_level import compile_program
+    from fusecc.runtime.cuda.execute import run_on_cpu
+    from fusecc.runtime.loop_interpreter import run_schedule
+
+    module = _load(BLOCK_STRUCTURE)
+    inputs = _program_inputs(module)
+    expected = run_schedule(module, "main", inputs)
+    source, manifest = compile_program(module, "main", "sm_80")
+    assert manifest.arch == "sm_80" and manifest.entry == "main"
+    got = run_on_cpu(manifest, source, inputs, cache_dir=tmp_path)
+    for spec, want in zip(manifest.outputs, expected):
+        np.testing.assert_array_equal(got[spec.name], want)
+
+
+def test_the_cuda_target_runs_emitted_kernels_on_a_gpu():
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.runtime.cuda.runtime import gpu_unavailable_reason
+    from fusecc.runtime.cuda.target import CudaTarget
+    from fusecc.runtime.loop_interpreter import run_schedule
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"needs a CUDA GPU: {reason}")
+    for path in sorted(PROGRAMS.glob("*.ir")):
+        module = _load(path)
+        inputs = _program_inputs(module)
+        expected = run_schedule(module, "main", inputs)
+        got = CudaTarget().run(_load(path), "main", inputs, DiagnosticEngine())
+        for want, have in zip(expected, got):
+            scale = float(np.max(np.abs(want))) if want.size else 0.0
+            np.testing.assert_allclose(np.asarray(have, np.float64), np.asarray(want, np.float64), rtol=1e-5, atol=1e-5 * scale, err_msg=path.name)
