@@ -23,8 +23,8 @@ Scalars are C locals named after the IR's SSA names where it has them.
 f16/bf16 values live in `float` registers and are rounded to their precision
 after each operation that produces one (so results match the interpreter);
 in memory they are `__half`/`__nv_bfloat16`. Float literals are exact
-(shortest round-trip spelling); infinities and NaNs are bit casts. The
-float modes (NVRTC flags) are in docs/cuda-target.md.
+(shortest round-trip spelling); infinities are the prelude's macros, NaNs
+bit casts. The float modes (NVRTC flags) are in docs/cuda-target.md.
 
 `emit_cuda(module)` returns a `CudaSource`: the text, each kernel's launch
 geometry and parameters, and the line range of each kernel, so that an
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusecc.compiler.diagnostics import FileLineColLoc, FusedLoc, Location, NameLoc
-from fusecc.compiler.ir import Block, BlockArgument, Operation, Value
+from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f32, f64, i1, i8, i32, i64, index
 from fusecc.dialects import loop
 from fusecc.runtime.cuda.source import prelude_text
@@ -83,10 +83,6 @@ class KernelInfo:
     kind: str | None = None
     baked_args: tuple[int, ...] = ()  # arguments the kernel reads as constant data instead: the launch leaves them out
 
-    @property
-    def threads(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
-
 
 @dataclass
 class CudaSource:
@@ -124,7 +120,7 @@ def float_literal(value: float, t: ScalarType) -> str:
     if t is f64:
         if math.isinf(value) or math.isnan(value):
             bits = np.array(value, dtype=np.float64).view(np.uint64).item()
-            return f"__longlong_as_double(0x{bits:016x}LL)"
+            return f"__longlong_as_double((long long)0x{bits:016x}ull)"
         text = repr(float(value))
         text = text if any(c in text for c in ".e") else text + ".0"
         return f"({text})" if text.startswith("-") else text
@@ -261,9 +257,6 @@ class Effects:
         """The buffers one side writes and the other touches."""
         return self.writes & (other.reads | other.writes) | self.reads & other.writes
 
-    def __bool__(self) -> bool:
-        return bool(self.reads or self.writes)
-
 
 # --------------------------------------------------------------------------- constant data
 
@@ -323,7 +316,7 @@ class KernelEmitter:
         self.c: dict[Value, str] = {}  # value -> C expression
         self.depth = 1
         self.index_type = self._choose_index_type()
-        self.block_loop, self.thread_extents = self._gpu_structure()
+        self.grid, self.block = self._gpu_structure()
         self.shared_layout, self.static_shared, self.dynamic_shared = self._plan_shared()
         self.barrier_before: dict[Operation, set] = {}  # op -> the buffers the barrier orders
         self.barrier_at_end: dict[Block, set] = {}
@@ -349,7 +342,8 @@ class KernelEmitter:
                 return "long long"
         return "int"
 
-    def _gpu_structure(self):
+    def _gpu_structure(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid, block), after checking the kernel is mapped for a GPU within its limits."""
         loops = self.kernel.parallel_loops()
         blocks = [p for p in loops if p.maps_blocks]
         for p in loops:
@@ -365,8 +359,7 @@ class KernelEmitter:
         threads = block[0] * block[1] * block[2]
         if threads > MAX_THREADS_PER_BLOCK:
             raise EmitError(f"kernel @{self.kernel.sym_name}: {threads} threads per block exceed {MAX_THREADS_PER_BLOCK}")
-        self.grid, self.block = grid, block
-        return (blocks[0] if blocks else None), block
+        return grid, block
 
     def _plan_shared(self):
         allocs = [op for op in self.kernel.walk() if isinstance(op, loop.AllocOp) and op.result.type.memory_space == "shared"]
@@ -415,7 +408,7 @@ class KernelEmitter:
                 pending = Effects()
             elif isinstance(op, loop.ParallelOp) and op.maps_blocks:
                 pending = self.plan_barriers(op.body, pending)
-            elif isinstance(op, (loop.ForOp, loop.IfOp)) and self._contains_thread_loop(op):
+            elif isinstance(op, (loop.ForOp, loop.IfOp)):  # block-level control flow: uniform
                 # One barrier before the whole construct, rather than one per iteration, where it can.
                 ordered = pending.conflicts(self.effects(op))
                 if ordered:
@@ -448,10 +441,6 @@ class KernelEmitter:
                 break
             out = out | self.effects(op)
         return out
-
-    @staticmethod
-    def _contains_thread_loop(op: Operation) -> bool:
-        return any(isinstance(o, loop.ParallelOp) and o.maps_threads for o in op.walk())
 
     # --- output helpers ------------------------------------------------------------
     def line(self, text: str) -> None:
