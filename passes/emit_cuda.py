@@ -506,7 +506,7 @@ class KernelEmitter:
         self.lines = self.lines[:body_start]
         self.params = params
         header = self.comment_lines()
-        bounds = self.block[0] * self.block[1] * self.block[2]
+        bounds = max(1, self.block[0] * self.block[1] * self.block[2])  # an empty block is never launched
         param_text = ", ".join(f"{p.c_type} {p.name}" for p in params)
         out = header + [f'extern "C" __global__ void __launch_bounds__({bounds}) {self.name}({param_text}) {{']
         out += self.prologue + body + ["}"]
