@@ -104,7 +104,7 @@ def _load(path):
     return module
 
 
-def test_compile_program_gives_what_the_cuda_target_launches(tmp_path):
+def test_compile_program_gives_what_the_cuda_target_launches(cuda_cache_dir):
     """`fusecc run --target cuda` runs compile_program's (source, manifest);
     here the CPU harness runs it in the GPU's place."""
     from fusecc.passes.cuda_level import compile_program
@@ -116,7 +116,7 @@ def test_compile_program_gives_what_the_cuda_target_launches(tmp_path):
     expected = run_schedule(module, "main", inputs)
     source, manifest = compile_program(module, "main", "sm_80")
     assert manifest.arch == "sm_80" and manifest.entry == "main"
-    got = run_on_cpu(manifest, source, inputs, cache_dir=tmp_path)
+    got = run_on_cpu(manifest, source, inputs, cache_dir=cuda_cache_dir)
     for spec, want in zip(manifest.outputs, expected):
         np.testing.assert_array_equal(got[spec.name], want)
 

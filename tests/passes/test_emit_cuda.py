@@ -45,11 +45,6 @@ def emitted():
     return out
 
 
-@pytest.fixture(scope="session")
-def cuda_cache_dir(tmp_path_factory) -> pathlib.Path:
-    path = tmp_path_factory.getbasetemp().parent / "fusecc-cuda-cache"  # shared by xdist workers
-    path.mkdir(exist_ok=True)
-    return path
 
 
 # --------------------------------------------------------------------------- NVRTC

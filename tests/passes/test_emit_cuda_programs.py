@@ -39,15 +39,14 @@ def lowered(text: str, name: str, target: str = "h200"):
     return module
 
 
-@pytest.fixture(scope="session")
-def cuda_cache_dir(tmp_path_factory) -> pathlib.Path:
-    path = tmp_path_factory.getbasetemp().parent / "fusecc-cuda-cache"
-    path.mkdir(exist_ok=True)
-    return path
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+# Every example for sm_90, and for sm_80 those closest to the register limit (a full cubin
+# compile of an example takes seconds).
+COMPILES = [(p, "sm_90") for p in EXAMPLES] + [(p, "sm_80") for p in EXAMPLES if p.stem in ("attention", "llama_block")]
+
+
+@pytest.mark.parametrize("example, arch", COMPILES, ids=[f"{p.stem}-{arch}" for p, arch in COMPILES])
 def test_examples_compile_without_spills(example, arch):
     module = lowered(example.read_text(), example.name, {"sm_80": "a100", "sm_90": "h200"}[arch])
     cuda = emit_cuda(module, example.name)
