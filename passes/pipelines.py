@@ -13,8 +13,21 @@ from typing import Callable
 @dataclass(frozen=True)
 class Level:
     pipeline: str  # with {target} and {arch} placeholders
-    emitter: Callable | None = None  # text for the level; None prints the IR
+    emitter: Callable | None = None  # (module, driver args) -> text for the level; None prints the IR
     summary: str = ""
+    from_loops: bool = False  # the level starts from loop IR: a module already there skips the pipeline
+
+
+def _cuda_level(module, args) -> str:
+    from fusecc.passes.cuda_level import write_cuda_level
+
+    return write_cuda_level(module, args)
+
+
+def is_loop_level(module) -> bool:
+    """A module of `loop.kernel`s and `loop.schedule`s, with no tensor functions left."""
+    ops = {op.name for op in module.body} if module.regions else set()
+    return bool(ops & {"loop.kernel", "loop.schedule"}) and "func.func" not in ops
 
 
 EMIT_LEVELS: dict[str, Level] = {
@@ -24,11 +37,14 @@ EMIT_LEVELS: dict[str, Level] = {
     "loop": Level(
         "canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
         summary="the loop dialect: kernels and a host schedule over one planned arena",
+        from_loops=True,
     ),
     "llvm": Level("canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory", summary="LLVM IR for the CPU"),
     "cuda": Level(
         "canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
-        summary="CUDA C",
+        emitter=_cuda_level,
+        summary="CUDA C (and, with -o, its launch manifest)",
+        from_loops=True,
     ),
 }
 

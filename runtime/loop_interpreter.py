@@ -332,7 +332,7 @@ class LoopInterpreter:
             guard = op.guard
             if guard is not None and not env[guard]:
                 padding = op.attr("padding")
-                env[op.result] = scalar(0 if padding is None else padding, t.element_type)
+                env[op.result] = scalar(0 if padding is None else padding.value, t.element_type)
                 return
             indices = tuple(env[v] for v in op.indices)
             _check_bounds(op, indices, t.shape)

@@ -21,7 +21,7 @@ from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
-from fusecc.passes.pipelines import EMIT_LEVELS, pipeline_for_level
+from fusecc.passes.pipelines import EMIT_LEVELS, is_loop_level, pipeline_for_level
 from fusecc.runtime import targets
 
 from .common import ToolError, guarded_main, phase, read_source, write_output
@@ -75,11 +75,12 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     module = load(args.input, engine)
     level = args.emit or "cuda"
     target = args.target or ("cpu" if level in ("llvm",) else "h200")
-    try:
-        pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))
-    except PipelineError as exc:
-        raise ToolError(f"--emit={level} is not available yet: {exc}") from None
-    run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
+    if not (EMIT_LEVELS[level].from_loops and is_loop_level(module)):
+        try:
+            pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))
+        except PipelineError as exc:
+            raise ToolError(f"--emit={level} is not available yet: {exc}") from None
+        run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
     emitter = EMIT_LEVELS[level].emitter
     text = emitter(module, args) if emitter else print_op(module, debuginfo=args.print_debuginfo)
     write_output(args.output, text)

@@ -16,6 +16,9 @@ Options (`NvrtcOptions`), and why they default as they do:
 - `ptxas_verbose=True` adds `-Xptxas=-v` when compiling a cubin: the ptxas
   report (registers, spills, shared memory) lands in the program log, see
   resources.py.
+- `syntax_only=True` adds `-fdevice-syntax-only`: the front end's checks
+  only, no code (20x faster on large files); how the driver checks the
+  CUDA C it writes.
 The fusecc prelude (include/fusecc_cuda.cuh) is always available to
 `#include`; CUDA's own headers (cuda_fp16.h, cuda_bf16.h) are found through
 cuda.pathfinder (a CUDA toolkit, or the nvidia-cuda-runtime wheel).
@@ -49,6 +52,7 @@ class NvrtcOptions:
     default_device: bool = True
     line_info: bool = False
     ptxas_verbose: bool = False
+    syntax_only: bool = False
     defines: tuple[str, ...] = ()  # NAME or NAME=VALUE
 
     def flags(self, arch: str, output: str) -> list[str]:
@@ -65,6 +69,8 @@ class NvrtcOptions:
             flags.append("-lineinfo")
         if self.ptxas_verbose and output == "cubin":
             flags.append("-Xptxas=-v")
+        if self.syntax_only:
+            flags.append("-fdevice-syntax-only")
         flags += [f"-D{d}" for d in self.defines]
         flags += [f"-I{d}" for d in cuda_include_dirs()]
         return flags
@@ -160,6 +166,8 @@ def compile_cuda(
             if "could not open source file \"cuda_" in log and not cuda_include_dirs():
                 log += "\nnote: CUDA's headers were not found; set CUDA_PATH or pip install nvidia-cuda-runtime"
             raise fail("nvrtcCompileProgram", compiled, log)
+        if options.syntax_only:
+            return NvrtcOutput(b"", output, arch, log.strip(), tuple(flags), time.perf_counter() - start)
         get_size, get_code = (
             (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if output == "cubin" else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
         )

@@ -7,7 +7,7 @@ Without a usable GPU it says so plainly and points to `--target cpu`;
 
 from __future__ import annotations
 
-from fusecc.runtime.targets import Target, TargetUnavailable
+from fusecc.runtime.targets import Target
 
 from .runtime import gpu_unavailable_reason
 
@@ -26,7 +26,13 @@ class CudaTarget(Target):
         return None
 
     def run(self, module, entry, inputs, engine):
-        # Reached only once available() passes, i.e. once the emitter exists:
-        # it will produce (kernels.cu, Manifest) for `entry`, and
-        # CudaRuntime().run(manifest, source, inputs) executes them.
-        raise TargetUnavailable(self.available() or "target 'cuda': running emitted kernels is not wired up yet")
+        from fusecc.compiler.pass_manager import PassContext
+        from fusecc.passes.cuda_level import ARCH_HARDWARE, compile_program
+
+        from .runtime import CudaRuntime
+
+        runtime = CudaRuntime()
+        context = PassContext(diagnostics=engine, target=ARCH_HARDWARE.get(runtime.arch, "h200"))
+        source, manifest = compile_program(module, entry, runtime.arch, context)
+        outputs = runtime.run(manifest, source, inputs)
+        return [outputs[spec.name] for spec in manifest.outputs]

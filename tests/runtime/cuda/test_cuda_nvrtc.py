@@ -111,3 +111,12 @@ def test_resource_usage_table_for_a_source(cuda_source):
     assert all(r[1] == "sm_90" and int(r[2]) > 0 and r[3] == "128" and r[5:7] == ["0", "0"] for r in rows)
     assert "warning" not in table
     assert re.match(r"kernel\s+arch\s+registers", table)
+
+
+def test_syntax_only_checks_without_generating_code(cuda_source):
+    source = cuda_source("softmax_rows.cu")
+    out = compile_cuda(source, "softmax_rows.cu", arch="sm_90", output="ptx", options=NvrtcOptions(syntax_only=True))
+    assert out.code == b"" and "-fdevice-syntax-only" in out.flags
+    broken = source.replace("__syncthreads();", "__syncthreads(;", 1)
+    with pytest.raises(NvrtcError, match=r"softmax_rows\.cu\(\d+\): error"):
+        compile_cuda(broken, "softmax_rows.cu", arch="sm_90", output="ptx", options=NvrtcOptions(syntax_only=True))

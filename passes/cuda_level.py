@@ -1,0 +1,209 @@
+"""The driver's `cuda` level: kernels.cu, its manifest, and NVRTC's verdict.
+
+    fusecc model.ir -o kernels.cu [--arch sm_80|sm_90] [--resource-usage]
+
+writes the CUDA C of every kernel (passes/emit_cuda.py) and, beside it,
+`kernels.json` (named after the .cu file: `model.cu` -> `model.json`): the
+launch sequence of the entry schedule, each launch's grid, block, dynamic
+shared memory and arguments (program inputs and outputs by name, arena
+temporaries by byte offset, scalars by value), and the arena's size — the
+schema of runtime/cuda/manifest.py (docs/cuda-manifest.md). A host-side
+`loop.copy` becomes a launch of a copy kernel, so the runtime only launches.
+
+The source goes through NVRTC's front end for `--arch` before it is written
+(`-fdevice-syntax-only`: 0.13 s for the LLaMA block, whose full PTX compile
+takes 2.7 s; a cubin with `--resource-usage`). NVRTC rejecting code the
+emitter wrote is a bug in fusecc: an internal compiler error that names the
+kernel(s) at the lines of NVRTC's errors and quotes its log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from fusecc.compiler.diagnostics import InternalCompilerError
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.types import MemRefType, index
+from fusecc.dialects import loop
+
+from .emit_cuda import COPY_KERNEL_BLOCK, CudaSource, EmitError, Place, buffer_places, copy_kernel_name, emit_cuda
+
+PHASE = "emit-cuda"
+
+
+def dtype_name(t) -> str:
+    return "i64" if t is index else t.name
+
+
+def entry_schedule(module: Operation, entry: str | None = None) -> loop.ScheduleOp:
+    schedules = [op for op in module.walk() if isinstance(op, loop.ScheduleOp)]
+    if not schedules:
+        raise EmitError("the module has no loop.schedule to launch its kernels")
+    for schedule in schedules:
+        if schedule.sym_name == (entry or "main"):
+            return schedule
+    if entry is not None:
+        raise EmitError(f"no loop.schedule @{entry}")
+    return schedules[0]
+
+
+def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kernels.cu", arch: str | None = None, entry: str | None = None):
+    """The launch manifest of `module`'s entry schedule for the emitted `cuda`."""
+    from fusecc.runtime.cuda.manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg, TensorSpec
+
+    schedule = entry_schedule(module, entry)
+    places = buffer_places(schedule)
+    names = list(schedule.inputs) + list(schedule.outputs)
+
+    def spec(arg: Value, name: str) -> TensorSpec:
+        return TensorSpec(name, arg.type.shape, dtype_name(arg.type.element_type))
+
+    def argument(value: Value, where: str):
+        if not isinstance(value.type, MemRefType):
+            op = value.defining_op
+            if op is None or op.name != "arith.constant":
+                raise EmitError(f"{where}: a scalar argument must be a constant of the schedule")
+            raw = op.attr("value").value
+            return ScalarArg(bool(raw) if value.type.name == "i1" else raw, dtype_name(value.type))
+        place: Place | None = places.get(value)
+        if place is None:
+            raise EmitError(f"{where}: a buffer that is neither an input, an output nor in the arena")
+        if place.buffer == "arena":
+            return ArenaArg(place.offset, value.type.shape, dtype_name(value.type.element_type))
+        if place.offset:
+            raise EmitError(f"{where}: a view at byte {place.offset} of {place.buffer} '{names[place.index + (len(schedule.inputs) if place.buffer == 'output' else 0)]}' (kernels.json passes whole inputs and outputs)")
+        name = (schedule.inputs if place.buffer == "input" else schedule.outputs)[place.index]
+        return TensorArg(place.buffer, name)
+
+    by_symbol = {k.sym_name: k for k in cuda.kernels if k.sym_name}
+    launches = []
+    for op in schedule.body:
+        if isinstance(op, loop.LaunchOp):
+            info = by_symbol[op.kernel_name]
+            if 0 in info.grid or 0 in info.block:
+                continue  # an empty iteration space: nothing to run
+            args = [argument(v, f"launch of @{op.kernel_name}, argument {i}") for i, v in enumerate(op.operands) if i not in info.baked_args]
+            launches.append(Launch(info.name, info.grid, info.block, args, info.dynamic_shared_bytes))
+        elif isinstance(op, loop.CopyOp) and op in cuda.fills:
+            fill = cuda.kernel(cuda.fills[op])
+            if op.target.type.num_elements:
+                launches.append(Launch(fill.name, fill.grid, fill.block, [argument(op.target, "loop.copy target")]))
+        elif isinstance(op, loop.CopyOp):
+            count = op.source.type.num_elements
+            if op.source.type.element_type is not op.target.type.element_type:
+                raise EmitError(f"a loop.copy from {op.source.type} to {op.target.type} changes the element type")
+            if count == 0:
+                continue
+            source, target = argument(op.source, "loop.copy source"), argument(op.target, "loop.copy target")
+            grid = (-(-count // COPY_KERNEL_BLOCK), 1, 1)
+            launches.append(Launch(copy_kernel_name(op.source.type.element_type), grid, (COPY_KERNEL_BLOCK, 1, 1), [source, target, ScalarArg(count, "i64")]))
+    return Manifest(
+        source=source_file,
+        inputs=[spec(a, n) for a, n in zip(schedule.input_args, schedule.inputs)],
+        outputs=[spec(a, n) for a, n in zip(schedule.output_args, schedule.outputs)],
+        launches=launches,
+        arena_bytes=schedule.arena_size,
+        entry=schedule.sym_name,
+        arch=arch,
+    )
+
+
+# --------------------------------------------------------------------------- NVRTC
+
+def blame(cuda: CudaSource, filename: str, log: str) -> list[str]:
+    """The kernels whose lines NVRTC's errors in `filename` point at."""
+    names = []
+    errors = re.finditer(rf"^{re.escape(filename)}\((\d+)\): (?:catastrophic )?error", log, re.M)
+    for line in (int(m.group(1)) for m in errors):
+        kernel = cuda.kernel_at_line(line)
+        name = kernel.name if kernel else f"the preamble (line {line})"
+        if name not in names:
+            names.append(name)
+    return names
+
+
+class GeneratedCodeRejected(Exception):
+    """NVRTC rejected the emitted CUDA C."""
+
+
+def compile_checked(cuda: CudaSource, filename: str, arch: str, resource_usage: bool = False):
+    """Check the emitted source with NVRTC's front end (or compile a cubin
+    for ptxas's report); None when NVRTC is not installed and no report was
+    asked for."""
+    try:
+        from fusecc.runtime.cuda.nvrtc import NvrtcError, NvrtcOptions, NvrtcUnavailable, compile_cuda, nvrtc_version
+        from fusecc.runtime.cuda.resources import resource_usage as usage_of
+
+        nvrtc_version()
+    except (ImportError, NvrtcUnavailable) as exc:
+        if resource_usage:
+            from fusecc.tools.common import ToolError
+
+            raise ToolError(f"--resource-usage needs NVRTC: {exc}") from None
+        return None
+    try:
+        if resource_usage:
+            return usage_of(cuda.text, filename, arch)
+        return compile_cuda(cuda.text, filename, arch=arch, output="ptx", options=NvrtcOptions(syntax_only=True))
+    except NvrtcError as exc:
+        kernels = blame(cuda, filename, exc.log)
+        where = f"{PHASE} (kernel{'s' * (len(kernels) != 1)} {', '.join(kernels)})" if kernels else PHASE
+        raise InternalCompilerError(where, GeneratedCodeRejected(f"NVRTC rejected the generated CUDA C for {arch}:\n{exc.log}")) from None
+
+
+# --------------------------------------------------------------------------- for `fusecc run --target cuda`
+
+ARCH_HARDWARE = {"sm_80": "a100", "sm_90": "h200"}
+
+
+def compile_program(module: Operation, entry: str | None = None, arch: str = "sm_90", context=None) -> tuple[str, "object"]:
+    """(kernels.cu text, Manifest) of `entry` for a GPU of `arch`: the CUDA
+    pipeline first unless the module is loop IR already. The source is
+    checked with NVRTC, so a rejected kernel is an internal error here."""
+    from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
+    from fusecc.passes.pipelines import is_loop_level, pipeline_for_level
+
+    if not is_loop_level(module):
+        target = ARCH_HARDWARE.get(arch, "h200")
+        try:
+            pipeline = parse_pipeline(pipeline_for_level("cuda", target=target, arch=arch))
+        except PipelineError as exc:
+            from fusecc.tools.common import ToolError
+
+            raise ToolError(f"target 'cuda': the lowering to loops is not available yet ({exc})") from None
+        run_pipeline(pipeline, module, context or PassContext(target=target))
+    try:
+        cuda = emit_cuda(module)
+        manifest = build_manifest(module, cuda, "kernels.cu", arch, entry)
+    except EmitError as exc:
+        raise InternalCompilerError(PHASE, exc) from None
+    compile_checked(cuda, manifest.source, arch)
+    return cuda.text, manifest
+
+
+# --------------------------------------------------------------------------- the driver hook
+
+
+def write_cuda_level(module: Operation, args) -> str:
+    """`fusecc ... [-o kernels.cu]`: the source (the driver writes it), the
+    manifest beside -o, and the resource usage on stderr when asked."""
+    output = getattr(args, "output", None)
+    filename = os.path.basename(output) if output not in (None, "-") else "kernels.cu"
+    arch = getattr(args, "arch", "sm_90")
+    try:
+        cuda = emit_cuda(module, os.path.basename(args.input) if getattr(args, "input", "-") != "-" else None)
+        manifest = build_manifest(module, cuda, filename, arch) if output not in (None, "-") else None
+    except EmitError as exc:
+        raise InternalCompilerError(PHASE, exc) from None
+    checked = compile_checked(cuda, filename, arch, resource_usage=getattr(args, "resource_usage", False))
+    if getattr(args, "resource_usage", False):
+        from fusecc.runtime.cuda.resources import format_resource_usage
+
+        sys.stderr.write(format_resource_usage(checked))
+    if manifest is not None:
+        from fusecc.tools.common import write_output
+
+        write_output(os.path.splitext(output)[0] + ".json", manifest.to_json())
+    return cuda.text
