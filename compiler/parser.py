@@ -29,6 +29,7 @@ from .types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i
 
 GRAMMAR = r"""
 start: operation*
+attributes_only: ATTR_LBRACE [attr_entry ("," attr_entry)*] "}" -> attr_dict
 
 ?operation: custom_op | generic_op | func_op | module_op
 
@@ -58,8 +59,10 @@ result_types: TYPE                 -> one_type
 // After a custom op's operands '{' may open an attribute dictionary or a
 // region; ATTR_LBRACE only matches when what follows reads as attributes.
 // Elsewhere no region can follow, so any '{' opens the dictionary.
-attr_dict: ATTR_LBRACE [attr_entry ("," attr_entry)*] "}"
-free_attr_dict: (ATTR_LBRACE | LBRACE) [attr_entry ("," attr_entry)*] "}" -> attr_dict
+attr_dict: ATTR_DICT -> attr_dict_token
+         | ATTR_LBRACE [attr_entry ("," attr_entry)*] "}"
+free_attr_dict: ATTR_DICT -> attr_dict_token
+              | (ATTR_LBRACE | LBRACE) [attr_entry ("," attr_entry)*] "}" -> attr_dict
 attr_entry: BARE_ID ["=" attr_value]
 ?attr_value: INT [":" TYPE]        -> int_attr
     | FLOAT [":" TYPE]             -> float_attr
@@ -83,11 +86,11 @@ loc: LOC_KW "(" loc_body ")"
 // Operand lists and type signatures are single tokens: they make up most
 // of a program's text, and lark's time is per token. The builder splits
 // them (and memoises signatures, which repeat).
-RESULTS.4: /%[A-Za-z0-9_.$\-]+(:[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+)*\s*=(?!=)/
-VALUES.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+(#[0-9]+)?)*/
+RESULTS.4: /%[A-Za-z0-9_.$\-]+(:[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+)*\s*=(?!=)\s*/
+VALUES.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+(#[0-9]+)?)*\s*/
 VALUE.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?/
-SIGNATURE.4: /:\s*\([^()]*\)\s*->\s*(\([^()]*\)|(tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))/
-TYPE_LIST.3: /:\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))(\s*,\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.])))*/
+SIGNATURE.4: /:\s*\([^()]*\)\s*->\s*(\([^()]*\)|(tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))\s*/
+TYPE_LIST.3: /:\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))(\s*,\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.])))*\s*/
 FUNC_KW.5: "func.func"
 MODULE_KW.5: "module"
 LOC_KW.5: "loc"
@@ -100,6 +103,9 @@ HEX.4: /0x[0-9A-Fa-f]+/
 FLOAT.3: /[-+]?[0-9]+\.[0-9]*([eE][-+]?[0-9]+)?/ | /[-+]?[0-9]+[eE][-+]?[0-9]+/
 INT.2: /[-+]?[0-9]+/
 STRING: /"([^"\\\n]|\\.)*"/
+// A whole attribute dictionary without nested braces is one token too; the
+// builder reads it once per distinct spelling with the rules below.
+ATTR_DICT.6: /\{(?=\s*(\}|[A-Za-z_][A-Za-z0-9_$.]*\s*=|[A-Za-z_][A-Za-z0-9_$]*\s*[,}]))[^{}"]*("([^"\\\n]|\\.)*"[^{}"]*)*\}\s*/
 ATTR_LBRACE.5: /\{(?=\s*(\}|[A-Za-z_][A-Za-z0-9_$.]*\s*=|[A-Za-z_][A-Za-z0-9_$]*\s*[,}]))/
 LBRACE: "{"
 COMMENT: /\/\/[^\n]*/
@@ -258,6 +264,9 @@ class _Reader(lark.Transformer):
     def attr_dict(self, c):
         return [e for e in c[1:] if e is not None]
 
+    def attr_dict_token(self, c):
+        return ("token", c[0])
+
     def attr_entry(self, c):
         return (c[0], c[1])
 
@@ -324,7 +333,15 @@ def _lark_parser() -> lark.Lark:
         cache = str(cache_dir("parser") / f"grammar-lark{lark.__version__}.cache")
     except OSError:  # no writable cache folder: build the tables each time
         cache = False
-    return lark.Lark(GRAMMAR, parser="lalr", lexer="contextual", transformer=_Reader(), maybe_placeholders=True, cache=cache)
+    return lark.Lark(
+        GRAMMAR,
+        parser="lalr",
+        lexer="contextual",
+        transformer=_Reader(),
+        maybe_placeholders=True,
+        cache=cache,
+        start=["start", "attributes_only"],
+    )
 
 
 # --------------------------------------------------------------------------- name resolution
@@ -364,10 +381,18 @@ class _IRBuilder:
     def __init__(self, filename: str, line_offset: int):
         self.filename = filename
         self.line_offset = line_offset
+        # While reading text parsed on its own (an attribute dictionary
+        # token), the (line, column) where that text starts in the file.
+        self._origin: tuple[int, int] | None = None
 
     # --- locations -----------------------------------------------------------
     def at(self, token) -> FileLineColLoc:
-        return FileLineColLoc(self.filename, token.line + self.line_offset, token.column)
+        line, column = token.line, token.column
+        if self._origin is not None:
+            origin_line, origin_column = self._origin
+            column = column + origin_column - 1 if line == 1 else column
+            line += origin_line - 1
+        return FileLineColLoc(self.filename, line + self.line_offset, column)
 
     def fail(self, token, message: str) -> DiagnosticError:
         return error(self.at(token), message)
@@ -416,6 +441,8 @@ class _IRBuilder:
 
     # --- attributes --------------------------------------------------------
     def attributes(self, entries) -> dict[str, A.Attribute]:
+        if isinstance(entries, tuple) and entries:  # ("token", ATTR_DICT)
+            return self.attribute_token(entries[1])
         out = {}
         for key, value in entries:
             if key in out:
@@ -742,7 +769,28 @@ class _IRBuilder:
         return found
 
 
+    def attribute_token(self, token) -> dict[str, A.Attribute]:
+        """The attributes of an ATTR_DICT token, read once per spelling."""
+        text = str(token).rstrip()
+        found = _attribute_dicts.get(text)
+        if found is None:
+            try:
+                entries = _lark_parser().parse(text, start="attributes_only")
+            except lark.exceptions.UnexpectedInput as exc:  # pragma: no cover - the token's regex admits only dictionaries
+                raise self.fail(token, f"malformed attribute dictionary: {exc}") from None
+            # Positions inside `text` are relative; errors point at the token.
+            saved, self._origin = self._origin, (token.line, token.column)
+            try:
+                found = self.attributes(entries)
+            finally:
+                self._origin = saved
+            if len(text) < 512:  # do not keep large constants alive
+                _attribute_dicts[text] = found
+        return dict(found)
+
+
 _signatures: dict[str, tuple[list, list | None]] = {}
+_attribute_dicts: dict[str, dict[str, A.Attribute]] = {}
 
 
 def _split_list(token) -> list[str]:
@@ -881,7 +929,7 @@ def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0) -> 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        items = _lark_parser().parse(text)
+        items = _lark_parser().parse(text, start="start")
         if isinstance(items, lark.Tree):
             items = items.children
         return _IRBuilder(filename, line_offset).module(list(items))
