@@ -110,7 +110,8 @@ class IndexMath:
         for axis in range(len(shape) - 1, -1, -1):
             d = shape[axis]
             out.append(self.rem(flat, d) if axis > 0 else flat)
-            flat = self.div(flat, d)
+            if axis > 0:
+                flat = self.div(flat, d)
         out.reverse()
         return out
 

@@ -1,0 +1,402 @@
+"""Attention groups: flash attention, one pass over the keys with an online softmax.
+
+An `attention` group holds exactly one `tensor.attention`, optionally with
+layout ops on its inputs (a head split: reshape + transpose of q, k, v) and
+its output (a head merge), which are index maps and cost nothing (the
+scalar emitter reads through the input maps; `epilogue.py` maps the output
+forward). Elementwise epilogue ops (say, a cast) are fused too.
+
+The scores `q·kᵀ` are never materialised: for each tile of BT keys the
+running row maximum `m`, running sum `l` and the output accumulator `o` are
+rescaled by `exp(m_old - m_new)` and updated, so memory grows as O(S·D),
+never O(S·T) (the tiles below are BQ×D, BT×D, BT×Dv and BQ×BT).
+
+GPU, one block per (q tile of BQ rows, batch·head), TPR threads per q row:
+
+    loop.parallel [S/BQ, batch] (block.x, block.y)
+      q_tile [BQ, D], k_tile [BT, D], v_tile [BT, Dv], p_tile [BQ, BT]: shared
+      loop.parallel [BQ * TPR] (thread.x)        -- row = t / TPR, lane = t % TPR
+        q_tile <- Q[q0 : q0+BQ]
+        (m, l, o[Dv/TPR]) = loop.for k0 in 0..kv_end step BT   -- causal: kv_end = min(T, q0+BQ)
+          k_tile, v_tile <- K, V[k0 : k0+BT]; barrier
+          s_u = q_tile[row]·k_tile[lane + u·TPR] * scale + mask   (BT/TPR scores, registers)
+          causal / past-the-end keys -> -inf
+          m_new = max(m, max over the row's lanes (shuffle_xor)); alpha = exp(m - m_new)
+          p_u = exp(s_u - m_new); l = l·alpha + Σ p (shuffle_xor)
+          p_tile[row] <- p; barrier
+          o_w = o_w·alpha + Σ_j p_tile[row, j] · v_tile[j, lane + w·TPR]; barrier
+        epilogue(o_w / l) -> store
+
+CPU, one worker iteration per (batch·head, q tile of BQ rows), vector loops
+over keys and over the head dimension:
+
+    loop.parallel [batch * S/BQ] (worker)
+      q_tile [BQ, D], k_tile [D, BT] (transposed), v_tile [BT, Dv], scores [BT],
+      m, l [BQ], o [BQ, Dv]: local
+      loop.for k0 in 0..kv_end step BT
+        pack k_tile, v_tile
+        loop.for r in rows
+          scores = q_tile[r] · k_tile (loop.for d, vector over keys), scale, mask
+          online softmax update of m[r], l[r], o[r] (vector over Dv)
+      epilogue(o / l) -> store
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fusecc.compiler.hardware import Hardware
+from fusecc.compiler.ir import Value
+from fusecc.compiler.types import broadcast_shapes, f32
+from fusecc.dialects import tensor as T
+from fusecc.dialects.fusion import GroupOp
+from fusecc.dialects import loop
+from fusecc.dialects.loop import GPU_BLOCK
+
+from .epilogue import Epilogue
+from .interface import Launch, LoweredGroup, template
+from .kernel_writer import KernelWriter, ceil_div
+from .matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, pow2_at_least, tile_attribute
+from .scalar_emitter import IndexMath, LoweringError, broadcast_index
+
+
+@dataclass(frozen=True)
+class AttentionProblem:
+    op: T.AttentionOp
+    batch: tuple[int, ...]
+    s: int
+    t: int
+    d: int
+    dv: int
+
+    @classmethod
+    def of(cls, group: GroupOp) -> "AttentionProblem":
+        ops = [op for op in group.body_ops() if isinstance(op, T.AttentionOp)]
+        if len(ops) != 1:
+            raise LoweringError(f"an attention group holds exactly one tensor.attention, but group at {group.location} holds {len(ops)}")
+        op = ops[0]
+        q, k, v = (x.type.shape for x in (op.query, op.key, op.value))
+        batch = broadcast_shapes(q[:-2], k[:-2], v[:-2])
+        return cls(op, tuple(batch), q[-2], k[-2], q[-1], v[-1])
+
+    @property
+    def batch_size(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def mask(self) -> Value | None:
+        return self.op.mask
+
+    @property
+    def scale(self) -> float:
+        return self.op.effective_scale()
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.op.attr("causal"))
+
+    def batch_index(self, flat: Value, im: IndexMath) -> list[Value]:
+        return im.delinearize(flat, self.batch) if self.batch else []
+
+    def _index(self, operand: Value, bidx, row: Value, col: Value, rows: int, cols: int, im: IndexMath) -> list[Value]:
+        return broadcast_index([*bidx, row, col], (*self.batch, rows, cols), operand.type.shape, im)
+
+    def q_index(self, bidx, s: Value, d: Value, im: IndexMath) -> list[Value]:
+        return self._index(self.op.query, bidx, s, d, self.s, self.d, im)
+
+    def k_index(self, bidx, t: Value, d: Value, im: IndexMath) -> list[Value]:
+        return self._index(self.op.key, bidx, t, d, self.t, self.d, im)
+
+    def v_index(self, bidx, t: Value, dv: Value, im: IndexMath) -> list[Value]:
+        return self._index(self.op.value, bidx, t, dv, self.t, self.dv, im)
+
+    def mask_index(self, bidx, s: Value, t: Value, im: IndexMath) -> list[Value]:
+        return self._index(self.mask, bidx, s, t, self.s, self.t, im)
+
+    def out_index(self, bidx, s: Value, dv: Value) -> list[Value]:
+        return [*bidx, s, dv]
+
+
+# --------------------------------------------------------------------------- tile sizes
+
+
+@dataclass(frozen=True)
+class AttentionTiles:
+    block_q: int  # BQ: query rows per block (GPU) or per worker iteration (CPU)
+    block_t: int  # BT: keys per tile
+    threads: int = 1  # GPU threads per block: BQ rows × TPR threads per row
+
+    @property
+    def threads_per_row(self) -> int:
+        return self.threads // self.block_q
+
+
+def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardware) -> AttentionTiles:
+    """The group's `tile.block = [BQ, BT]` and `tile.threads` when the tiler
+    set them, else ours: on a GPU 64 query rows × 64 keys with 4 threads per
+    row (256 threads); on a CPU 16 rows × 64 keys (4 vectors of keys)."""
+    if hardware.is_gpu:
+        bq = min(64, max(8, pow2_at_least(problem.s)))
+        bt = min(64, max(8, pow2_at_least(problem.t)))
+        block = tile_attribute(group, "tile.block", [bq, bt])
+        return AttentionTiles(block[0], block[1], tile_attribute(group, "tile.threads", block[0] * 4))
+    block = tile_attribute(group, "tile.block", [16, 4 * hardware.warp_size])
+    return AttentionTiles(block[0], block[1])
+
+
+def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) -> KernelResources:
+    """Registers: BT/TPR scores, Dv/TPR output accumulators, m and l, the base.
+    Shared memory: the q, k, v and probability tiles in f32."""
+    tpr = tiles.threads_per_row
+    registers = tiles.block_t // tpr + ceil_div(problem.dv, tpr) + 2 + BASE_REGISTERS
+    shared = (tiles.block_q * problem.d + tiles.block_t * problem.d + tiles.block_t * problem.dv + tiles.block_q * tiles.block_t) * f32.byte_size
+    return KernelResources(tiles.threads, registers, shared)
+
+
+def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, hardware: Hardware) -> KernelResources:
+    tpr = tiles.threads_per_row
+    if tiles.threads % tiles.block_q or tpr & (tpr - 1) or tpr > hardware.warp_size:
+        raise LoweringError(f"attention needs a power-of-two number of threads per query row, at most a warp; {tiles.threads} threads for {tiles.block_q} rows give {tiles.threads / tiles.block_q}")
+    if tiles.block_t % tpr:
+        raise LoweringError(f"the key tile {tiles.block_t} is not a multiple of the {tpr} threads per query row")
+    resources = gpu_attention_resources(tiles, problem)
+    check_resources(resources, hardware, "attention")
+    return resources
+
+
+# --------------------------------------------------------------------------- the template
+
+
+@template("attention")
+def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
+    problem = AttentionProblem.of(group)
+    tiles = attention_tiles(group, problem, hardware)
+    writer = lower_attention_gpu(group, problem, tiles, hardware) if hardware.is_gpu else lower_attention_cpu(group, problem, tiles)
+    return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
+
+
+class Scores:
+    """Scale, mask and causal/past-the-end masking of one score, shared by both targets."""
+
+    def __init__(self, w: KernelWriter, problem: AttentionProblem, bidx):
+        self.w, self.problem, self.bidx = w, problem, bidx
+        self.scale = w.s.const(problem.scale)
+        self.minus_inf = w.s.const(-math.inf)
+
+    def finish(self, dot: Value, q: Value, key: Value, q_ok: Value | None, key_ok: Value | None) -> Value:
+        w, problem = self.w, self.problem
+        score = w.s.mul(dot, self.scale)
+        if problem.mask is not None:
+            guard = w.all_of(q_ok, key_ok)
+            score = w.s.add(score, w.value_at(problem.mask, problem.mask_index(self.bidx, q, key, w.im), guard))
+        visible = w.all_of(key_ok, w.compare(key, q, "le") if problem.causal else None)
+        return w.select(visible, score, self.minus_inf)
+
+    def safe_max(self, m: Value) -> Value:
+        """The row maximum to subtract: 0 while the row has seen only -inf
+        (fully masked so far), so that exp(-inf - m) is 0, never NaN."""
+        w = self.w
+        return w.select(w.compare(m, self.minus_inf, "eq"), w.s.const(0.0), m)
+
+
+def kv_end(w: KernelWriter, problem: AttentionProblem, q_end: Value) -> Value:
+    """Keys to visit: all of them, or (causal) those up to the block's last row."""
+    if not problem.causal:
+        return w.im.const(problem.t)
+    return w.index_min(q_end, w.im.const(problem.t))
+
+
+def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware) -> KernelWriter:
+    check_gpu_attention_tiles(tiles, problem, hardware)
+    w = KernelWriter(group)
+    epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
+    im, s = w.im, w.s
+    bq, bt, threads, tpr = tiles.block_q, tiles.block_t, tiles.threads, tiles.threads_per_row
+    S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
+    scores_per_thread, outputs_per_thread = bt // tpr, ceil_div(Dv, tpr)
+    grid = [ceil_div(S, bq)] + ([problem.batch_size] if problem.batch_size > 1 else [])
+    if any(g > MAX_GRID_YZ for g in grid[1:]):
+        raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y")
+
+    with w.parallel(grid, GPU_BLOCK[: len(grid)]) as blocks:
+        q_tile = w.alloc([bq, D], f32, "shared", "q_tile")
+        k_tile = w.alloc([bt, D], f32, "shared", "k_tile")
+        v_tile = w.alloc([bt, Dv], f32, "shared", "v_tile")
+        p_tile = w.alloc([bq, bt], f32, "shared", "p_tile")
+        q0 = im.mul(blocks[0], im.const(bq))
+        bidx = problem.batch_index(blocks[1] if len(blocks) > 1 else im.const(0), im)
+        end = kv_end(w, problem, im.add(q0, im.const(bq)))
+        with w.parallel([threads], ["thread.x"]) as (t,):
+            row, lane = im.div(t, tpr), im.rem(t, tpr)
+            q = im.add(q0, row)
+            q_ok = w.below(q, S, S % bq != 0)
+            scores = Scores(w, problem, bidx)
+            # Stage the block's queries once.
+            for (r, d), inside in w.cooperative(t, threads, [bq, D]):
+                qr = im.add(q0, r)
+                guard = w.all_of(inside, w.below(qr, S, S % bq != 0))
+                w.store(w.value_at(problem.op.query, problem.q_index(bidx, qr, d, im), guard), q_tile, [r, d], inside)
+            key_cols = [im.add(lane, im.const(u * tpr)) for u in range(scores_per_thread)]
+            dv_cols = [im.add(lane, im.const(u * tpr)) for u in range(outputs_per_thread)]
+            dv_ok = [w.below(c, Dv, (u + 1) * tpr > Dv) for u, c in enumerate(dv_cols)]
+            k_plan = w.cooperative(t, threads, [bt, D])
+            v_plan = w.cooperative(t, threads, [bt, Dv])
+
+            def stage_kv(k0: Value) -> None:
+                for tile, operand, plan, index_of in ((k_tile, problem.op.key, k_plan, problem.k_index), (v_tile, problem.op.value, v_plan, problem.v_index)):
+                    for (j, c), inside in plan:
+                        key = im.add(k0, j)
+                        guard = w.all_of(inside, w.below(key, Tk, Tk % bt != 0))
+                        w.store(w.value_at(operand, index_of(bidx, key, c, im), guard), tile, [j, c], inside)
+
+            def row_reduce(x: Value, combine) -> Value:
+                # Across the TPR consecutive lanes of one query row.
+                offset = tpr // 2
+                while offset:
+                    x = combine(x, w.b.create(loop.ShuffleXorOp, [x], {"offset": offset}).result)
+                    offset //= 2
+                return x
+
+            def kv_step(k0: Value, carried: list[Value]) -> list[Value]:
+                m, l, o = carried[0], carried[1], carried[2:]
+                stage_kv(k0)
+                w.barrier()
+
+                def dot_step(d: Value, sums: list[Value]) -> list[Value]:
+                    qd = w.load(q_tile, [row, d])
+                    return [s.add(sums[u], s.mul(qd, w.load(k_tile, [key_cols[u], d]))) for u in range(scores_per_thread)]
+
+                dots = w.for_(im.const(0), im.const(D), im.const(1), [s.const(0.0)] * scores_per_thread, dot_step)
+                keys = [im.add(k0, c) for c in key_cols]
+                tile_scores = [scores.finish(dots[u], q, keys[u], q_ok, w.below(keys[u], Tk, Tk % bt != 0)) for u in range(scores_per_thread)]
+                tile_max = tile_scores[0]
+                for x in tile_scores[1:]:
+                    tile_max = s.max(tile_max, x)
+                m_new = s.max(m, row_reduce(tile_max, s.max))
+                base = scores.safe_max(m_new)
+                alpha = s.exp(s.sub(m, base))
+                p = [s.exp(s.sub(x, base)) for x in tile_scores]
+                row_sum = p[0]
+                for x in p[1:]:
+                    row_sum = s.add(row_sum, x)
+                l_new = s.add(s.mul(l, alpha), row_reduce(row_sum, s.add))
+                for u in range(scores_per_thread):
+                    w.store(p[u], p_tile, [row, key_cols[u]])
+                w.barrier()
+
+                def pv_step(j: Value, acc: list[Value]) -> list[Value]:
+                    pj = w.load(p_tile, [row, j])
+                    return [s.add(acc[u], s.mul(pj, w.load(v_tile, [j, dv_cols[u]], dv_ok[u]))) for u in range(outputs_per_thread)]
+
+                o = w.for_(im.const(0), im.const(bt), im.const(1), [s.mul(x, alpha) for x in o], pv_step)
+                w.barrier()
+                return [m_new, l_new, *o]
+
+            init = [scores.minus_inf, s.const(0.0)] + [s.const(0.0)] * outputs_per_thread
+            final = w.for_(im.const(0), end, im.const(bt), init, kv_step)
+            l = final[1]
+            for u in range(outputs_per_thread):
+                out = s.div(final[2 + u], l)
+                epilogue.emit(w.emitter, problem.out_index(bidx, q, dv_cols[u]), out, w.all_of(q_ok, dv_ok[u]))
+    return w
+
+
+def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles) -> KernelWriter:
+    w = KernelWriter(group)
+    epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
+    im, s = w.im, w.s
+    bq, bt = tiles.block_q, tiles.block_t
+    S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
+    q_blocks = ceil_div(S, bq)
+    zero, one = im.const(0), im.const(1)
+
+    with w.parallel([problem.batch_size * q_blocks], ["worker"]) as (p,):
+        bidx = problem.batch_index(im.div(p, q_blocks), im)
+        q0 = im.mul(im.rem(p, q_blocks), im.const(bq))
+        q_end = w.index_min(im.add(q0, im.const(bq)), im.const(S))
+        rows = w.index_sub(q_end, q0)
+        end = kv_end(w, problem, q_end)
+        q_tile = w.alloc([bq, D], f32, "local", "q_tile")
+        k_tile = w.alloc([D, bt], f32, "local", "k_tile")
+        v_tile = w.alloc([bt, Dv], f32, "local", "v_tile")
+        row_scores = w.alloc([bt], f32, "local", "scores")
+        m_rows = w.alloc([bq], f32, "local", "m")
+        l_rows = w.alloc([bq], f32, "local", "l")
+        o_rows = w.alloc([bq, Dv], f32, "local", "o")
+        scores = Scores(w, problem, bidx)
+
+        def init_row(r: Value, _) -> list[Value]:
+            w.store(scores.minus_inf, m_rows, [r])
+            w.store(s.const(0.0), l_rows, [r])
+            with w.parallel([Dv], ["vector"]) as (c,):
+                w.store(s.const(0.0), o_rows, [r, c])
+            with w.parallel([D], ["vector"]) as (d,):
+                w.store(w.value_at(problem.op.query, problem.q_index(bidx, im.add(q0, r), d, im)), q_tile, [r, d])
+            return []
+
+        w.for_(zero, rows, one, [], init_row)
+
+        def kv_step(k0: Value, _) -> list[Value]:
+            def pack_key(j: Value, _) -> list[Value]:
+                key = im.add(k0, j)
+                key_ok = w.below(key, Tk, Tk % bt != 0)
+                with w.parallel([D], ["vector"]) as (d,):
+                    w.store(w.value_at(problem.op.key, problem.k_index(bidx, key, d, im), key_ok), k_tile, [d, j])
+                with w.parallel([Dv], ["vector"]) as (c,):
+                    w.store(w.value_at(problem.op.value, problem.v_index(bidx, key, c, im), key_ok), v_tile, [j, c])
+                return []
+
+            w.for_(zero, im.const(bt), one, [], pack_key)
+            w.for_(zero, rows, one, [], lambda r, _: update_row(k0, r))
+            return []
+
+        def update_row(k0: Value, r: Value) -> list[Value]:
+            """One query row against one key tile: scores, then the online softmax update."""
+            q = im.add(q0, r)
+            with w.parallel([bt], ["vector"]) as (j,):
+                w.store(s.const(0.0), row_scores, [j])
+
+            def dot_step(d: Value, _) -> list[Value]:
+                qd = w.load(q_tile, [r, d])
+                with w.parallel([bt], ["vector"]) as (j,):
+                    w.store(s.add(w.load(row_scores, [j]), s.mul(qd, w.load(k_tile, [d, j]))), row_scores, [j])
+                return []
+
+            w.for_(zero, im.const(D), one, [], dot_step)
+            with w.parallel([bt], ["vector"]) as (j,):
+                key = im.add(k0, j)
+                w.store(scores.finish(w.load(row_scores, [j]), q, key, None, w.below(key, Tk, Tk % bt != 0)), row_scores, [j])
+            tile_max = w.for_(zero, im.const(bt), one, [scores.minus_inf], lambda j, acc: [s.max(acc[0], w.load(row_scores, [j]))])[0]
+            m_old = w.load(m_rows, [r])
+            m_new = s.max(m_old, tile_max)
+            base = scores.safe_max(m_new)
+            alpha = s.exp(s.sub(m_old, base))
+            with w.parallel([bt], ["vector"]) as (j,):
+                w.store(s.exp(s.sub(w.load(row_scores, [j]), base)), row_scores, [j])
+            row_sum = w.for_(zero, im.const(bt), one, [s.const(0.0)], lambda j, acc: [s.add(acc[0], w.load(row_scores, [j]))])[0]
+            w.store(s.add(s.mul(w.load(l_rows, [r]), alpha), row_sum), l_rows, [r])
+            w.store(m_new, m_rows, [r])
+            with w.parallel([Dv], ["vector"]) as (c,):
+                w.store(s.mul(w.load(o_rows, [r, c]), alpha), o_rows, [r, c])
+
+            def pv_step(j: Value, _) -> list[Value]:
+                pj = w.load(row_scores, [j])
+                with w.parallel([Dv], ["vector"]) as (c,):
+                    w.store(s.add(w.load(o_rows, [r, c]), s.mul(pj, w.load(v_tile, [j, c]))), o_rows, [r, c])
+                return []
+
+            w.for_(zero, im.const(bt), one, [], pv_step)
+            return []
+
+        w.for_(zero, end, im.const(bt), [], kv_step)
+
+        def store_row(r: Value, _) -> list[Value]:
+            inverse = s.div(s.const(1.0), w.load(l_rows, [r]))
+            with w.parallel([Dv], ["vector"]) as (c,):
+                out = s.mul(w.load(o_rows, [r, c]), inverse)
+                epilogue.emit(w.emitter, problem.out_index(bidx, im.add(q0, r), c), out)
+            return []
+
+        w.for_(zero, rows, one, [], store_row)
+    return w

@@ -1,0 +1,370 @@
+"""Matmul groups: tiled matrix products with a fused epilogue.
+
+A `matmul` group holds exactly one `tensor.matmul` (batched, broadcast
+batch, 1-D promotion and transposed operands all allowed), an optional
+cheap elementwise prologue on its operands (computed while the operands are
+read) and an elementwise epilogue on its result (applied to the
+accumulators before the single store; see `epilogue.py`).
+
+GPU (Triton-style block tiles, boundary masks):
+
+    loop.parallel [N/BN, M/BM, batch] (block.x, block.y, block.z)
+      a_tile = alloc shared [BK, BM]; b_tile = alloc shared [BK, BN]
+      loop.parallel [BM/TM * BN/TN] (thread.x)
+        acc[TM][TN] = loop.for k0 in 0..K step BK (carrying the accumulators)
+          a_tile, b_tile <- A[rows, k0:k0+BK], B[k0:k0+BK, cols]  (all threads, guarded)
+          barrier
+          acc += a_tile[kk, my rows] * b_tile[kk, my cols]   (loop.for kk, unrolled)
+          barrier
+        epilogue(acc) -> store, guarded at the edges
+
+Each thread owns a TM×TN micro-tile of rows `ty + i·BM/TM` and columns
+`tx + j·BN/TN`: consecutive threads take consecutive columns, so the shared
+reads and the global stores are contiguous. Tiles are staged transposed
+(k-major), and the global reads of a tile are spread over the threads in
+the operand's memory order (coalesced for transposed operands too).
+
+CPU (a register-blocked micro-kernel under cache blocking):
+
+    loop.parallel [batch * M/MC] (worker)              -- row blocks
+      acc = alloc local [MR, NR]
+      loop.for n0 in 0..N step NR                       -- B panel K×NR stays in cache
+        loop.for m0 in block step MR                    -- micro-panels of the row block
+          acc = 0
+          loop.for k in 0..K
+            a_i = A[m0+i, k]  (MR scalars)
+            loop.parallel [NR] (vector): acc[i, j] += a_i * B[k, n0+j]
+          loop.parallel [NR] (vector): epilogue(acc[i, j]) -> store
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fusecc.compiler.hardware import Hardware
+from fusecc.compiler.ir import Value
+from fusecc.compiler.types import ScalarType, broadcast_shapes
+from fusecc.dialects import tensor as T
+from fusecc.dialects.fusion import GroupOp
+from fusecc.dialects.loop import GPU_BLOCK
+
+from .epilogue import Epilogue
+from .interface import Launch, LoweredGroup, template
+from .kernel_writer import KernelWriter, ceil_div, compute_type
+from .scalar_emitter import IndexMath, LoweringError, broadcast_index
+
+
+# --------------------------------------------------------------------------- the problem
+
+
+@dataclass(frozen=True)
+class MatmulProblem:
+    """One matmul in canonical form: [batch] × (M×K) · (K×N)."""
+
+    op: T.MatmulOp
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+
+    @classmethod
+    def of(cls, group: GroupOp) -> "MatmulProblem":
+        matmuls = [op for op in group.body_ops() if isinstance(op, T.MatmulOp)]
+        if len(matmuls) != 1:
+            raise LoweringError(f"a matmul group holds exactly one tensor.matmul, but group at {group.location} holds {len(matmuls)}")
+        op = matmuls[0]
+        a, b = cls._logical(op.lhs.type.shape, op.attr("transpose_a")), cls._logical(op.rhs.type.shape, op.attr("transpose_b"))
+        m = a[-2] if len(a) >= 2 else 1
+        n = b[-1] if len(b) >= 2 else 1
+        batch = broadcast_shapes(a[:-2], b[:-2])
+        return cls(op, tuple(batch), m, n, a[-1])
+
+    @staticmethod
+    def _logical(shape, transposed: bool) -> tuple[int, ...]:
+        return (*shape[:-2], shape[-1], shape[-2]) if transposed else tuple(shape)
+
+    @property
+    def lhs(self) -> Value:
+        return self.op.lhs
+
+    @property
+    def rhs(self) -> Value:
+        return self.op.rhs
+
+    @property
+    def result(self) -> Value:
+        return self.op.result
+
+    @property
+    def batch_size(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def accumulator(self) -> ScalarType:
+        return compute_type(self.result.type)
+
+    def batch_index(self, flat: Value, im: IndexMath) -> list[Value]:
+        return im.delinearize(flat, self.batch) if self.batch else []
+
+    def _operand_index(self, operand: Value, transposed: bool, bidx, row: Value, col: Value, im: IndexMath) -> list[Value]:
+        """The element of an operand at logical (row, col) of its matrix."""
+        shape = operand.type.shape
+        logical = self._logical(shape, transposed)
+        idx = broadcast_index([*bidx, row, col], (*self.batch, *logical[-2:]), logical, im)
+        return [*idx[:-2], idx[-1], idx[-2]] if transposed else idx
+
+    def a_index(self, bidx, m: Value, k: Value, im: IndexMath) -> list[Value]:
+        if self.lhs.type.rank == 1:
+            return [k]
+        return self._operand_index(self.lhs, self.op.attr("transpose_a"), bidx, m, k, im)
+
+    def b_index(self, bidx, k: Value, n: Value, im: IndexMath) -> list[Value]:
+        if self.rhs.type.rank == 1:
+            return [k]
+        return self._operand_index(self.rhs, self.op.attr("transpose_b"), bidx, k, n, im)
+
+    def result_index(self, bidx, m: Value, n: Value) -> list[Value]:
+        idx = list(bidx)
+        if self.lhs.type.rank > 1:
+            idx.append(m)
+        if self.rhs.type.rank > 1:
+            idx.append(n)
+        return idx
+
+
+# --------------------------------------------------------------------------- tile sizes
+
+
+@dataclass(frozen=True)
+class GpuMatmulTiles:
+    block_m: int
+    block_n: int
+    block_k: int
+    thread_m: int
+    thread_n: int
+
+    @property
+    def threads(self) -> int:
+        return (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
+
+
+@dataclass(frozen=True)
+class CpuMatmulTiles:
+    rows: int  # MC: rows of A per worker iteration, reused across all of B
+    block_m: int  # MR: rows of the register block
+    block_n: int  # NR: columns of the register block, a vector loop
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """Estimated per-block needs of a GPU kernel (the tiler and cost model ask)."""
+
+    threads: int
+    registers_per_thread: int
+    shared_bytes: int
+
+
+# Registers a thread needs besides its tile values: indices, addresses, loop
+# counters, the guard and staging temporaries (ptxas reports ~20-30 for such kernels).
+BASE_REGISTERS = 32
+
+
+def pow2_at_least(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def tile_attribute(group: GroupOp, name: str, default):
+    """A tile choice the tiler put on the group (`tile.block`, `tile.k`, ...), or ours."""
+    value = group.attributes.get(name)
+    return default if value is None else value.value
+
+
+def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> GpuMatmulTiles:
+    """Tile sizes: the group's `tile.block = [BM, BN]`, `tile.k = BK`,
+    `tile.thread = [TM, TN]` when the tiler set them, else ours: 64×64×16
+    tiles of 4×4 micro-tiles (256 threads), shrunk for small matrices."""
+    bm = min(64, max(16, pow2_at_least(problem.m)))
+    bn = min(64, max(16, pow2_at_least(problem.n)))
+    if problem.m >= 2048 and problem.n >= 2048:
+        bm, bn, bk, tm, tn = 128, 128, 8, 8, 8
+    else:
+        bk, tm, tn = 16, 4, 4
+    block = tile_attribute(group, "tile.block", [bm, bn])
+    thread = tile_attribute(group, "tile.thread", [tm, tn])
+    return GpuMatmulTiles(block[0], block[1], tile_attribute(group, "tile.k", bk), thread[0], thread[1])
+
+
+def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> CpuMatmulTiles:
+    """`tile.block = [MR, NR]` and `tile.rows = MC`, else a 4×32 register
+    block (8 of the 32 vector registers as accumulators) under 64-row blocks."""
+    block = tile_attribute(group, "tile.block", [4, 2 * hardware.warp_size])
+    rows = tile_attribute(group, "tile.rows", max(block[0], 64 // block[0] * block[0]))
+    return CpuMatmulTiles(rows, block[0], block[1])
+
+
+def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelResources:
+    """Registers: the TM×TN accumulators, a TM and a TN fragment, the base.
+    Shared memory: one BK×BM and one BK×BN tile of the accumulator type."""
+    words = max(1, compute_type(element).byte_size // 4)
+    registers = (tiles.thread_m * tiles.thread_n + tiles.thread_m + tiles.thread_n) * words + BASE_REGISTERS
+    shared = (tiles.block_m + tiles.block_n) * tiles.block_k * compute_type(element).byte_size
+    return KernelResources(tiles.threads, registers, shared)
+
+
+def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware) -> KernelResources:
+    """The tiles fit the hardware (registers ≤ the per-thread maximum, shared
+    memory ≤ the per-block limit, threads ≤ the block limit) and each other."""
+    if tiles.block_m % tiles.thread_m or tiles.block_n % tiles.thread_n:
+        raise LoweringError(f"micro-tile {tiles.thread_m}x{tiles.thread_n} does not divide the block tile {tiles.block_m}x{tiles.block_n}")
+    resources = gpu_matmul_resources(tiles, element)
+    check_resources(resources, hardware, "matmul")
+    return resources
+
+
+def check_resources(resources: KernelResources, hardware: Hardware, what: str) -> None:
+    if not 0 < resources.threads <= hardware.max_threads_per_block:
+        raise LoweringError(f"{what} tiles need {resources.threads} threads per block; {hardware.name} allows 1..{hardware.max_threads_per_block}")
+    if resources.registers_per_thread > hardware.registers_per_thread:
+        raise LoweringError(f"{what} tiles need ~{resources.registers_per_thread} registers per thread; {hardware.name} has {hardware.registers_per_thread}")
+    if resources.registers_per_thread * resources.threads > hardware.registers_per_sm:
+        raise LoweringError(f"{what} tiles need ~{resources.registers_per_thread * resources.threads} registers per block; {hardware.name} has {hardware.registers_per_sm} per SM")
+    if resources.shared_bytes > hardware.shared_memory_per_block:
+        raise LoweringError(f"{what} tiles need {resources.shared_bytes} bytes of shared memory; {hardware.name} allows {hardware.shared_memory_per_block} per block")
+
+
+# The CUDA grid's y and z extents are limited to 65535 blocks.
+MAX_GRID_YZ = 65535
+
+
+# --------------------------------------------------------------------------- the template
+
+
+@template("matmul")
+def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
+    problem = MatmulProblem.of(group)
+    if hardware.is_gpu:
+        writer = lower_matmul_gpu(group, problem, gpu_matmul_tiles(group, problem, hardware), hardware)
+    else:
+        writer = lower_matmul_cpu(group, problem, cpu_matmul_tiles(group, problem, hardware))
+    return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
+
+
+def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTiles, hardware: Hardware) -> KernelWriter:
+    check_gpu_tiles(tiles, problem.result.type.element_type, hardware)
+    w = KernelWriter(group)
+    epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
+    im, s = w.im, w.s
+    bm, bn, bk, tm, tn = tiles.block_m, tiles.block_n, tiles.block_k, tiles.thread_m, tiles.thread_n
+    cols_per_row, rows_per_col = bn // tn, bm // tm  # thread grid: threads along N, along M
+    M, N, K = problem.m, problem.n, problem.k
+    acc_type = problem.accumulator
+    grid = [ceil_div(N, bn), ceil_div(M, bm)] + ([problem.batch_size] if problem.batch_size > 1 else [])
+    if any(g > MAX_GRID_YZ for g in grid[1:]):
+        raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z; use larger tiles")
+
+    with w.parallel(grid, GPU_BLOCK[: len(grid)]) as blocks:
+        a_tile = w.alloc([bk, bm], acc_type, "shared", "a_tile")
+        b_tile = w.alloc([bk, bn], acc_type, "shared", "b_tile")
+        row0 = im.mul(blocks[1], im.const(bm))
+        col0 = im.mul(blocks[0], im.const(bn))
+        bidx = problem.batch_index(blocks[2] if len(blocks) > 2 else im.const(0), im)
+        with w.parallel([tiles.threads], ["thread.x"]) as (t,):
+            tx = im.rem(t, cols_per_row)
+            ty = im.div(t, cols_per_row)
+
+            def plan_stage(is_rhs: bool) -> list[tuple[Value, Value, Value, Value | None, Value | None]]:
+                # This thread's share of a BK-deep operand tile, spread over the
+                # threads in the operand's memory order so that the global reads
+                # are coalesced; everything but the k offset is loop-invariant.
+                transposed = problem.op.attr("transpose_b" if is_rhs else "transpose_a")
+                extent, outer, origin = (bn, N, col0) if is_rhs else (bm, M, row0)
+                k_fastest = transposed == is_rhs
+                plan = []
+                for point, inside in w.cooperative(t, tiles.threads, [extent, bk] if k_fastest else [bk, extent]):
+                    r, c = point if k_fastest else point[::-1]
+                    row = im.add(origin, r)
+                    plan.append((r, c, row, w.all_of(inside, w.below(row, outer, outer % extent != 0)), inside))
+                return plan
+
+            def stage(tile: Value, operand: Value, is_rhs: bool, plan, k0: Value) -> None:
+                for r, c, row, row_guard, inside in plan:
+                    k = im.add(k0, c)
+                    guard = w.all_of(row_guard, w.below(k, K, K % bk != 0))
+                    idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
+                    w.store(w.value_at(operand, idx, guard), tile, [c, r], inside)
+
+            def multiply(kk: Value, acc: list[Value]) -> list[Value]:
+                a = [w.load(a_tile, [kk, im.add(ty, im.const(i * rows_per_col))]) for i in range(tm)]
+                b = [w.load(b_tile, [kk, im.add(tx, im.const(j * cols_per_row))]) for j in range(tn)]
+                return [s.add(acc[i * tn + j], s.mul(a[i], b[j])) for i in range(tm) for j in range(tn)]
+
+            def k_step(k0: Value, acc: list[Value]) -> list[Value]:
+                stage(a_tile, problem.lhs, False, a_plan, k0)
+                stage(b_tile, problem.rhs, True, b_plan, k0)
+                w.barrier()
+                acc = w.for_(im.const(0), im.const(bk), im.const(1), acc, multiply, unroll=bk)
+                w.barrier()
+                return acc
+
+            a_plan, b_plan = plan_stage(False), plan_stage(True)
+            zero = s.const(0, acc_type)
+            acc = w.for_(im.const(0), im.const(K), im.const(bk), [zero] * (tm * tn), k_step)
+            rows = [im.add(row0, im.add(ty, im.const(i * rows_per_col))) for i in range(tm)]
+            cols = [im.add(col0, im.add(tx, im.const(j * cols_per_row))) for j in range(tn)]
+            row_ok = [w.below(m, M, M % bm != 0) for m in rows]
+            col_ok = [w.below(n, N, N % bn != 0) for n in cols]
+            for i, m in enumerate(rows):
+                for j, n in enumerate(cols):
+                    epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
+    return w
+
+
+def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles) -> KernelWriter:
+    mc, mr, nr = tiles.rows, tiles.block_m, tiles.block_n
+    if mc % mr:
+        raise LoweringError(f"the row block {mc} is not a multiple of the register block's {mr} rows")
+    w = KernelWriter(group)
+    epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
+    im, s = w.im, w.s
+    M, N, K = problem.m, problem.n, problem.k
+    acc_type = problem.accumulator
+    row_blocks = ceil_div(M, mc)
+
+    with w.parallel([problem.batch_size * row_blocks], ["worker"]) as (p,):
+        bidx = problem.batch_index(im.div(p, row_blocks), im)
+        block0 = im.mul(im.rem(p, row_blocks), im.const(mc))
+        block_end = w.index_min(im.add(block0, im.const(mc)), im.const(M))
+        acc = w.alloc([mr, nr], acc_type, "local", "acc")
+        zero = s.const(0, acc_type)
+
+        def micro_panel(n0: Value, m0: Value) -> None:
+            rows = [im.add(m0, im.const(i)) for i in range(mr)]
+            row_ok = [w.below(m, M, M % mr != 0) for m in rows]
+            with w.parallel([nr], ["vector"]) as (j,):
+                for i in range(mr):
+                    w.store(zero, acc, [im.const(i), j])
+
+            def k_step(k: Value, _) -> list[Value]:
+                a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
+                with w.parallel([nr], ["vector"]) as (j,):
+                    n = im.add(n0, j)
+                    b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), w.below(n, N, N % nr != 0))
+                    for i in range(mr):
+                        c = [im.const(i), j]
+                        w.store(s.add(w.load(acc, c), s.mul(a[i], b)), acc, c)
+                return []
+
+            w.for_(im.const(0), im.const(K), im.const(1), [], k_step)
+            with w.parallel([nr], ["vector"]) as (j,):
+                n = im.add(n0, j)
+                col_ok = w.below(n, N, N % nr != 0)
+                for i in range(mr):
+                    epilogue.emit(w.emitter, problem.result_index(bidx, rows[i], n), w.load(acc, [im.const(i), j]), w.all_of(row_ok[i], col_ok))
+
+        def n_step(n0: Value, _) -> list[Value]:
+            w.for_(block0, block_end, im.const(mr), [], lambda m0, _: micro_panel(n0, m0) or [])
+            return []
+
+        w.for_(im.const(0), im.const(N), im.const(nr), [], n_step)
+    return w
