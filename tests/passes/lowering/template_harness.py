@@ -10,7 +10,9 @@ from fusecc.compiler import attributes as A
 from fusecc.compiler import parse_module, print_op, verify
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.hardware import Hardware
-from fusecc.dialects import builtin, loop
+from fusecc.compiler.ir import Block, Region
+from fusecc.compiler.types import FunctionType, MemRefType, TensorType
+from fusecc.dialects import builtin, func, fusion, loop
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.lowering.interface import TEMPLATES, memref_for
 from fusecc.runtime.loop_interpreter import run_schedule
@@ -21,6 +23,34 @@ def the_group(module) -> GroupOp:
     groups = [op for op in module.walk() if isinstance(op, GroupOp)]
     assert len(groups) == 1, f"expected one fusion.group, found {len(groups)}"
     return groups[0]
+
+
+def group_module(kind: str, arg_types, body, attrs=None):
+    """`@main(args)` whose body is one group over its arguments: `body(b, args)`
+    builds the group's ops with `b` and returns the values it yields."""
+    inner = Block(arg_types)
+    b = Builder(InsertionPoint.at_end(inner))
+    yielded = list(body(b, list(inner.args)))
+    b.create(fusion.YieldOp, yielded)
+    result_types = [v.type for v in yielded]
+    main = func.FuncOp.build("main", FunctionType(arg_types, result_types))
+    outer = Builder(InsertionPoint.at_end(main.body))
+    group = outer.insert(GroupOp.create(list(main.body.args), {"kind": kind, **(attrs or {})}, result_types, [Region([inner])]))
+    outer.create(func.ReturnOp, list(group.results))
+    module = builtin.ModuleOp.build([main])
+    verify(module)
+    return parse_module(print_op(module))
+
+
+def memrefs(module) -> list[MemRefType]:
+    """Every buffer type in a lowered module: kernel arguments and allocations."""
+    found = []
+    for op in module.walk():
+        found += [r.type for r in op.results if isinstance(r.type, MemRefType)]
+        for region in op.regions:
+            for block in region.blocks:
+                found += [a.type for a in block.args if isinstance(a.type, MemRefType)]
+    return found
 
 
 def lower_group(module, hardware: Hardware):
@@ -55,9 +85,9 @@ def lower_group(module, hardware: Hardware):
     return parse_module(print_op(result))  # and it round-trips
 
 
-def assert_lowering_matches(source: str, hardware: Hardware, seed: int = 0, rtol: float = 1e-5, atol: float = 1e-5):
+def assert_lowering_matches(source, hardware: Hardware, seed: int = 0, rtol: float = 1e-5, atol: float = 1e-5):
     """The lowered group gives the reference's numbers on seeded inputs."""
-    module = parse_module(source)
+    module = parse_module(source) if isinstance(source, str) else source
     verify(module)
     lowered = lower_group(module, hardware)
     rng = np.random.default_rng(seed)

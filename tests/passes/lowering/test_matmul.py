@@ -1,0 +1,179 @@
+"""The matmul template gives the reference's numbers, on GPU and CPU mappings.
+
+Groups are lowered by the template alone and run in the loop interpreter
+(GPU thread semantics included), with small tiles so that shapes overhang
+them and every boundary guard is exercised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from template_harness import assert_lowering_matches, group_module, lower_group
+
+from fusecc.compiler.hardware import CPU, H200
+from fusecc.compiler.types import TensorType, f16, f32, i32
+from fusecc.dialects import tensor as T
+from fusecc.passes.lowering.matmul import (
+    GpuMatmulTiles,
+    MatmulProblem,
+    check_gpu_tiles,
+    gpu_matmul_resources,
+    gpu_matmul_tiles,
+)
+from fusecc.passes.lowering.scalar_emitter import LoweringError
+
+TARGETS = pytest.mark.parametrize(
+    "hardware, tiles",
+    [
+        (H200, {"tile.block": [8, 8], "tile.k": 4, "tile.thread": [2, 2]}),
+        # 12 threads: the b tile (4x8) takes three staging rounds, the last one partly filled.
+        (H200, {"tile.block": [6, 8], "tile.k": 4, "tile.thread": [2, 2]}),
+        (CPU, {"tile.block": [2, 8], "tile.rows": 4}),
+    ],
+    ids=["h200", "h200-odd-threads", "cpu"],
+)
+
+
+def t(*shape, element=f32):
+    return TensorType(shape, element)
+
+
+def matmul(b, x, y, **attrs):
+    return b.create(T.MatmulOp, [x, y], attrs or None).result
+
+
+def op(b, cls, *operands, **attrs):
+    return b.create(cls, list(operands), attrs or None).result
+
+
+@TARGETS
+def test_bias_gelu_on_shapes_the_tiles_do_not_divide(hardware, tiles):
+    module = group_module(
+        "matmul",
+        [t(13, 19), t(19, 17), t(17)],
+        lambda b, a: [op(b, T.GeluOp, op(b, T.AddOp, matmul(b, a[0], a[1]), a[2]))],
+        tiles,
+    )
+    assert_lowering_matches(module, hardware)
+
+
+@TARGETS
+def test_batched_with_broadcast_batch(hardware, tiles):
+    module = group_module("matmul", [t(2, 1, 5, 6), t(3, 6, 9)], lambda b, a: [op(b, T.ReluOp, matmul(b, a[0], a[1]))], tiles)
+    assert_lowering_matches(module, hardware)
+
+
+@TARGETS
+@pytest.mark.parametrize("transpose_a, transpose_b", [(True, False), (False, True), (True, True)])
+def test_transposed_operands(hardware, tiles, transpose_a, transpose_b):
+    m, k, n = 9, 6, 10
+    a = t(k, m) if transpose_a else t(m, k)
+    bt = t(2, n, k) if transpose_b else t(2, k, n)
+    module = group_module("matmul", [a, bt], lambda b, x: [matmul(b, x[0], x[1], transpose_a=transpose_a, transpose_b=transpose_b)], tiles)
+    assert_lowering_matches(module, hardware)
+
+
+@TARGETS
+@pytest.mark.parametrize("a, b", [((6,), (6, 7)), ((5, 6), (6,)), ((2, 5, 6), (6,)), ((6,), (2, 6, 7)), ((6,), (6,))], ids=str)
+def test_vector_operands_are_promoted_as_numpy_does(hardware, tiles, a, b):
+    module = group_module("matmul", [t(*a), t(*b)], lambda bld, x: [matmul(bld, x[0], x[1])], tiles)
+    assert_lowering_matches(module, hardware)
+
+
+@TARGETS
+def test_residual_and_cast_to_f16_yielding_the_product_too(hardware, tiles):
+    def body(b, a):
+        product = matmul(b, a[0], a[1])
+        summed = op(b, T.AddOp, product, a[2])
+        return [product, b.create(T.CastOp, [summed], result_types=[t(11, 10, element=f16)]).result]
+
+    module = group_module("matmul", [t(11, 7), t(7, 10), t(11, 10)], body, tiles)
+    assert_lowering_matches(module, hardware, rtol=1e-3, atol=1e-3)
+
+
+@TARGETS
+def test_f16_operands_with_a_prologue_that_is_not_zero_at_zero(hardware, tiles):
+    # exp(0) = 1: padding past K must still contribute nothing, on both sides.
+    def body(b, a):
+        return [matmul(b, op(b, T.ExpOp, a[0]), op(b, T.SigmoidOp, a[1]))]
+
+    module = group_module("matmul", [t(5, 7, element=f16), t(7, 9, element=f16)], body, tiles)
+    assert_lowering_matches(module, hardware, rtol=2e-3, atol=2e-3)
+
+
+@TARGETS
+def test_integer_matmul_is_exact(hardware, tiles):
+    module = group_module("matmul", [t(5, 7, element=i32), t(7, 9, element=i32)], lambda b, a: [matmul(b, a[0], a[1])], tiles)
+    assert_lowering_matches(module, hardware, rtol=0, atol=0)
+
+
+@TARGETS
+def test_head_split_in_the_epilogue_is_an_index_map(hardware, tiles):
+    # x @ w + bias -> [B*S, H*D] -> [B, S, H, D] -> [B, H, S, D]
+    def body(b, a):
+        y = op(b, T.AddOp, matmul(b, a[0], a[1]), a[2])
+        split = b.create(T.ReshapeOp, [y], result_types=[t(2, 3, 2, 5)]).result
+        return [op(b, T.TransposeOp, split, perm=[0, 2, 1, 3])]
+
+    module = group_module("matmul", [t(6, 4), t(4, 10), t(10)], body, tiles)
+    assert_lowering_matches(module, hardware)
+
+
+def test_an_epilogue_that_reduces_the_product_is_refused():
+    module = group_module("matmul", [t(4, 4), t(4, 4)], lambda b, a: [op(b, T.ReduceSumOp, matmul(b, a[0], a[1]), axes=[1])])
+    with pytest.raises(LoweringError, match="tensor.reduce_sum.*cannot consume the matmul result"):
+        lower_group(module, H200)
+
+
+def test_an_epilogue_that_reads_another_element_is_refused():
+    def body(b, a):
+        product = matmul(b, a[0], a[1])
+        return [op(b, T.AddOp, product, op(b, T.TransposeOp, product, perm=[1, 0]))]
+
+    module = group_module("matmul", [t(4, 4), t(4, 4)], body)
+    with pytest.raises(LoweringError, match="at another element"):
+        lower_group(module, CPU)
+
+
+def test_a_group_yielding_a_value_not_computed_from_the_product_is_refused():
+    module = group_module("matmul", [t(4, 4), t(4, 4)], lambda b, a: [matmul(b, a[0], a[1]), op(b, T.ExpOp, a[0])])
+    with pytest.raises(LoweringError, match="not computed from the matmul result"):
+        lower_group(module, H200)
+
+
+# --------------------------------------------------------------------------- tiles and resources
+
+
+def test_default_tiles_fit_the_h200_and_say_what_they_use():
+    module = group_module("matmul", [t(1024, 1024), t(1024, 1024)], lambda b, a: [matmul(b, a[0], a[1])])
+    group = next(o for o in module.walk() if o.name == "fusion.group")
+    tiles = gpu_matmul_tiles(group, MatmulProblem.of(group), H200)
+    assert tiles == GpuMatmulTiles(64, 64, 16, 4, 4)
+    resources = check_gpu_tiles(tiles, f32, H200)
+    assert resources.threads == 256
+    assert resources.shared_bytes == (64 + 64) * 16 * 4
+    assert resources.registers_per_thread == 4 * 4 + 4 + 4 + 32
+
+
+def test_tiles_the_hardware_cannot_hold_are_refused():
+    with pytest.raises(LoweringError, match="registers per thread"):
+        check_gpu_tiles(GpuMatmulTiles(256, 256, 8, 16, 16), f32, H200)
+    with pytest.raises(LoweringError, match="bytes of shared memory"):
+        check_gpu_tiles(GpuMatmulTiles(128, 128, 256, 8, 8), f32, H200)
+    with pytest.raises(LoweringError, match="threads per block"):
+        check_gpu_tiles(GpuMatmulTiles(128, 128, 8, 2, 2), f32, H200)
+    assert gpu_matmul_resources(GpuMatmulTiles(128, 128, 8, 8, 8), f32).registers_per_thread <= H200.registers_per_thread
+
+
+def test_the_gpu_kernel_has_the_tiled_structure():
+    module = group_module(
+        "matmul", [t(13, 19), t(19, 17)], lambda b, a: [matmul(b, a[0], a[1])], {"tile.block": [8, 8], "tile.k": 4, "tile.thread": [2, 2]}
+    )
+    lowered = lower_group(module, H200)
+    (kernel,) = [o for o in lowered.walk() if o.name == "loop.kernel"]
+    assert kernel.launch_dims() == ((3, 2, 1), (16, 1, 1))
+    assert kernel.shared_memory_bytes() == 2 * 4 * 8 * 4
+    assert sum(o.name == "loop.barrier" for o in kernel.walk()) == 2
+    loads = [o for o in kernel.walk() if o.name == "loop.load" and o.buffer.type.memory_space == "global"]
+    assert loads and all(o.guard is not None for o in loads)  # 13, 17 and 19 overhang every tile
