@@ -138,22 +138,28 @@ class MatmulProblem:
 
 @dataclass(frozen=True)
 class GpuMatmulTiles:
-    block_m: int
+    block_m: int  # BM×BN: the output tile of one block
     block_n: int
-    block_k: int
-    thread_m: int
-    thread_n: int
+    block_k: int  # BK: the contraction step staged in shared memory
+    threads: int
 
     @property
-    def threads(self) -> int:
-        return (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
+    def micro_tile(self) -> tuple[int, int]:
+        """TM×TN outputs per thread: as square as divides the block tile
+        (64×64 over 256 threads: 4×4; 128×128 over 256: 8×8)."""
+        per_thread = self.block_m * self.block_n // self.threads
+        tm = 1
+        while (2 * tm) ** 2 <= per_thread and self.block_m % (2 * tm) == 0 and per_thread % (2 * tm) == 0:
+            tm *= 2
+        return tm, per_thread // tm
 
 
 @dataclass(frozen=True)
 class CpuMatmulTiles:
-    rows: int  # MC: rows of A per worker iteration, reused across all of B
-    block_m: int  # MR: rows of the register block
-    block_n: int  # NR: columns of the register block, a vector loop
+    block_m: int  # MC×NC: the output tile of one worker iteration (cache blocking)
+    block_n: int
+    micro_m: int  # MR×NR: the register block; NR is a vector loop
+    micro_n: int
 
 
 @dataclass(frozen=True)
@@ -175,39 +181,43 @@ def pow2_at_least(x: int) -> int:
 
 
 def tile_attribute(group: GroupOp, name: str, default):
-    """A tile choice the tiler put on the group (`tile.block`, `tile.k`, ...), or ours."""
+    """A tile choice the tiler put on the group (`tile.block`, `tile.k`,
+    `tile.threads`; see tiling.py), or the template's own default."""
     value = group.attributes.get(name)
     return default if value is None else value.value
 
 
 def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> GpuMatmulTiles:
-    """Tile sizes: the group's `tile.block = [BM, BN]`, `tile.k = BK`,
-    `tile.thread = [TM, TN]` when the tiler set them, else ours: 64×64×16
-    tiles of 4×4 micro-tiles (256 threads), shrunk for small matrices."""
-    bm = min(64, max(16, pow2_at_least(problem.m)))
-    bn = min(64, max(16, pow2_at_least(problem.n)))
+    """`tile.block = [BM, BN]`, `tile.k = BK`, `tile.threads` when the tiler
+    set them, else ours: 64×64×16 over 256 threads (4×4 per thread), 128×128×8
+    (8×8 per thread) for large products, shrunk for small matrices."""
     if problem.m >= 2048 and problem.n >= 2048:
-        bm, bn, bk, tm, tn = 128, 128, 8, 8, 8
+        bm, bn, bk = 128, 128, 8
     else:
-        bk, tm, tn = 16, 4, 4
+        bm, bn, bk = (min(64, max(16, pow2_at_least(x))) for x in (problem.m, problem.n, 16))
     block = tile_attribute(group, "tile.block", [bm, bn])
-    thread = tile_attribute(group, "tile.thread", [tm, tn])
-    return GpuMatmulTiles(block[0], block[1], tile_attribute(group, "tile.k", bk), thread[0], thread[1])
+    threads = tile_attribute(group, "tile.threads", max(hardware.warp_size, min(256, block[0] * block[1] // 16)))
+    return GpuMatmulTiles(block[0], block[1], tile_attribute(group, "tile.k", bk), threads)
 
 
 def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> CpuMatmulTiles:
-    """`tile.block = [MR, NR]` and `tile.rows = MC`, else a 4×32 register
-    block (8 of the 32 vector registers as accumulators) under 64-row blocks."""
-    block = tile_attribute(group, "tile.block", [4, 2 * hardware.warp_size])
-    rows = tile_attribute(group, "tile.rows", max(block[0], 64 // block[0] * block[0]))
-    return CpuMatmulTiles(rows, block[0], block[1])
+    """`tile.block = [MC, NC]` when the tiler set it, else 64×256 (an A
+    block that stays in L2 while B streams through in K×NR panels), cut to
+    the problem; the register block is 4 rows × 2 vectors: 8 of the 32
+    vector registers accumulate."""
+    mr, nr = 4, 2 * hardware.warp_size
+    mc, nc = tile_attribute(group, "tile.block", [64, 256])
+    mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
+    nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
+    return CpuMatmulTiles(mc, nc, mr, nr)
 
 
 def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelResources:
     """Registers: the TM×TN accumulators, a TM and a TN fragment, the base.
     Shared memory: one BK×BM and one BK×BN tile of the accumulator type."""
     words = max(1, compute_type(element).byte_size // 4)
-    registers = (tiles.thread_m * tiles.thread_n + tiles.thread_m + tiles.thread_n) * words + BASE_REGISTERS
+    tm, tn = tiles.micro_tile
+    registers = (tm * tn + tm + tn) * words + BASE_REGISTERS
     shared = (tiles.block_m + tiles.block_n) * tiles.block_k * compute_type(element).byte_size
     return KernelResources(tiles.threads, registers, shared)
 
@@ -215,8 +225,9 @@ def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelRe
 def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware) -> KernelResources:
     """The tiles fit the hardware (registers ≤ the per-thread maximum, shared
     memory ≤ the per-block limit, threads ≤ the block limit) and each other."""
-    if tiles.block_m % tiles.thread_m or tiles.block_n % tiles.thread_n:
-        raise LoweringError(f"micro-tile {tiles.thread_m}x{tiles.thread_n} does not divide the block tile {tiles.block_m}x{tiles.block_n}")
+    tm, tn = tiles.micro_tile
+    if tiles.block_m * tiles.block_n % tiles.threads or tiles.block_m % tm or tiles.block_n % tn:
+        raise LoweringError(f"{tiles.threads} threads cannot share a {tiles.block_m}x{tiles.block_n} tile in equal rectangles")
     resources = gpu_matmul_resources(tiles, element)
     check_resources(resources, hardware, "matmul")
     return resources
@@ -255,7 +266,8 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
     w = KernelWriter(group)
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
     im, s = w.im, w.s
-    bm, bn, bk, tm, tn = tiles.block_m, tiles.block_n, tiles.block_k, tiles.thread_m, tiles.thread_n
+    bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
+    tm, tn = tiles.micro_tile
     cols_per_row, rows_per_col = bn // tn, bm // tm  # thread grid: threads along N, along M
     M, N, K = problem.m, problem.n, problem.k
     acc_type = problem.accumulator
@@ -321,24 +333,26 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
 
 
 def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles) -> KernelWriter:
-    mc, mr, nr = tiles.rows, tiles.block_m, tiles.block_n
-    if mc % mr:
-        raise LoweringError(f"the row block {mc} is not a multiple of the register block's {mr} rows")
+    mc, nc, mr, nr = tiles.block_m, tiles.block_n, tiles.micro_m, tiles.micro_n
+    if mc % mr or nc % nr:
+        raise LoweringError(f"the {mc}x{nc} output block is not a multiple of the {mr}x{nr} register block")
     w = KernelWriter(group)
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
     im, s = w.im, w.s
     M, N, K = problem.m, problem.n, problem.k
     acc_type = problem.accumulator
-    row_blocks = ceil_div(M, mc)
+    row_blocks, col_blocks = ceil_div(M, mc), ceil_div(N, nc)
 
-    with w.parallel([problem.batch_size * row_blocks], ["worker"]) as (p,):
-        bidx = problem.batch_index(im.div(p, row_blocks), im)
-        block0 = im.mul(im.rem(p, row_blocks), im.const(mc))
-        block_end = w.index_min(im.add(block0, im.const(mc)), im.const(M))
+    with w.parallel([problem.batch_size * row_blocks * col_blocks], ["worker"]) as (p,):
+        batch_flat, row_block, col_block = im.delinearize(p, [problem.batch_size, row_blocks, col_blocks])
+        bidx = problem.batch_index(batch_flat, im)
+        row0, col0 = im.mul(row_block, im.const(mc)), im.mul(col_block, im.const(nc))
+        row_end = w.index_min(im.add(row0, im.const(mc)), im.const(M))
+        col_end = w.index_min(im.add(col0, im.const(nc)), im.const(N))
         acc = w.alloc([mr, nr], acc_type, "local", "acc")
         zero = s.const(0, acc_type)
 
-        def micro_panel(n0: Value, m0: Value) -> None:
+        def micro_kernel(m0: Value, n0: Value) -> None:
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
             row_ok = [w.below(m, M, M % mr != 0) for m in rows]
             with w.parallel([nr], ["vector"]) as (j,):
@@ -362,9 +376,11 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
                 for i in range(mr):
                     epilogue.emit(w.emitter, problem.result_index(bidx, rows[i], n), w.load(acc, [im.const(i), j]), w.all_of(row_ok[i], col_ok))
 
-        def n_step(n0: Value, _) -> list[Value]:
-            w.for_(block0, block_end, im.const(mr), [], lambda m0, _: micro_panel(n0, m0) or [])
+        # Column panels outside, row panels inside: a K×NR panel of B is
+        # reused by every MR-row panel of the block's rows.
+        def column_panel(n0: Value, _) -> list[Value]:
+            w.for_(row0, row_end, im.const(mr), [], lambda m0, _: micro_kernel(m0, n0) or [])
             return []
 
-        w.for_(im.const(0), im.const(N), im.const(nr), [], n_step)
+        w.for_(col0, col_end, im.const(nr), [], column_panel)
     return w

@@ -26,10 +26,11 @@ from fusecc.passes.lowering.scalar_emitter import LoweringError
 TARGETS = pytest.mark.parametrize(
     "hardware, tiles",
     [
-        (H200, {"tile.block": [8, 8], "tile.k": 4, "tile.thread": [2, 2]}),
+        (H200, {"tile.block": [8, 8], "tile.k": 4, "tile.threads": 16}),
         # 12 threads: the b tile (4x8) takes three staging rounds, the last one partly filled.
-        (H200, {"tile.block": [6, 8], "tile.k": 4, "tile.thread": [2, 2]}),
-        (CPU, {"tile.block": [2, 8], "tile.rows": 4}),
+        (H200, {"tile.block": [6, 8], "tile.k": 4, "tile.threads": 12}),
+        # Worker blocks of 8 rows (two 4-row register blocks) by one 32-wide vector panel.
+        (CPU, {"tile.block": [8, 32]}),
     ],
     ids=["h200", "h200-odd-threads", "cpu"],
 )
@@ -120,6 +121,15 @@ def test_head_split_in_the_epilogue_is_an_index_map(hardware, tiles):
     assert_lowering_matches(module, hardware)
 
 
+def test_cpu_blocks_and_panels_that_overhang_the_matrix():
+    # 13 rows = 8 + 5 (a ragged register block), 70 columns = 64 + 6 in blocks
+    # of two 32-wide panels (a ragged block and a ragged panel).
+    module = group_module("matmul", [t(13, 5), t(5, 70), t(13, 70)], lambda b, a: [op(b, T.SubOp, matmul(b, a[0], a[1]), a[2])], {"tile.block": [8, 64]})
+    lowered = assert_lowering_matches(module, CPU)
+    (worker,) = [o for o in lowered.walk() if o.name == "loop.parallel" and o.mapping == ["worker"]]
+    assert worker.upper == [4]
+
+
 def test_an_epilogue_that_reduces_the_product_is_refused():
     module = group_module("matmul", [t(4, 4), t(4, 4)], lambda b, a: [op(b, T.ReduceSumOp, matmul(b, a[0], a[1]), axes=[1])])
     with pytest.raises(LoweringError, match="tensor.reduce_sum.*cannot consume the matmul result"):
@@ -149,7 +159,7 @@ def test_default_tiles_fit_the_h200_and_say_what_they_use():
     module = group_module("matmul", [t(1024, 1024), t(1024, 1024)], lambda b, a: [matmul(b, a[0], a[1])])
     group = next(o for o in module.walk() if o.name == "fusion.group")
     tiles = gpu_matmul_tiles(group, MatmulProblem.of(group), H200)
-    assert tiles == GpuMatmulTiles(64, 64, 16, 4, 4)
+    assert tiles == GpuMatmulTiles(64, 64, 16, 256) and tiles.micro_tile == (4, 4)
     resources = check_gpu_tiles(tiles, f32, H200)
     assert resources.threads == 256
     assert resources.shared_bytes == (64 + 64) * 16 * 4
@@ -158,17 +168,21 @@ def test_default_tiles_fit_the_h200_and_say_what_they_use():
 
 def test_tiles_the_hardware_cannot_hold_are_refused():
     with pytest.raises(LoweringError, match="registers per thread"):
-        check_gpu_tiles(GpuMatmulTiles(256, 256, 8, 16, 16), f32, H200)
+        check_gpu_tiles(GpuMatmulTiles(256, 256, 8, 256), f32, H200)
     with pytest.raises(LoweringError, match="bytes of shared memory"):
-        check_gpu_tiles(GpuMatmulTiles(128, 128, 256, 8, 8), f32, H200)
+        check_gpu_tiles(GpuMatmulTiles(128, 128, 256, 256), f32, H200)
     with pytest.raises(LoweringError, match="threads per block"):
-        check_gpu_tiles(GpuMatmulTiles(128, 128, 8, 2, 2), f32, H200)
-    assert gpu_matmul_resources(GpuMatmulTiles(128, 128, 8, 8, 8), f32).registers_per_thread <= H200.registers_per_thread
+        check_gpu_tiles(GpuMatmulTiles(128, 128, 8, 4096), f32, H200)
+    with pytest.raises(LoweringError, match="equal rectangles"):
+        check_gpu_tiles(GpuMatmulTiles(64, 64, 8, 96), f32, H200)
+    assert GpuMatmulTiles(128, 128, 8, 256).micro_tile == (8, 8)
+    assert GpuMatmulTiles(64, 64, 32, 128).micro_tile == (4, 8)
+    assert gpu_matmul_resources(GpuMatmulTiles(128, 128, 8, 256), f32).registers_per_thread == 64 + 16 + 32
 
 
 def test_the_gpu_kernel_has_the_tiled_structure():
     module = group_module(
-        "matmul", [t(13, 19), t(19, 17)], lambda b, a: [matmul(b, a[0], a[1])], {"tile.block": [8, 8], "tile.k": 4, "tile.thread": [2, 2]}
+        "matmul", [t(13, 19), t(19, 17)], lambda b, a: [matmul(b, a[0], a[1])], {"tile.block": [8, 8], "tile.k": 4, "tile.threads": 16}
     )
     lowered = lower_group(module, H200)
     (kernel,) = [o for o in lowered.walk() if o.name == "loop.kernel"]
