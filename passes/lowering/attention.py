@@ -147,10 +147,11 @@ def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardwar
 
 def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) -> KernelResources:
     """Registers: BT/TPR scores, Dv/TPR output accumulators, m and l, the base.
-    Shared memory: the q, k, v and probability tiles in f32."""
+    Shared memory: the q, k, v and probability tiles in f32 (q, k, p rows padded)."""
     tpr = tiles.threads_per_row
     registers = tiles.block_t // tpr + ceil_div(problem.dv, tpr) + 2 + BASE_REGISTERS
-    shared = (tiles.block_q * problem.d + tiles.block_t * problem.d + tiles.block_t * problem.dv + tiles.block_q * tiles.block_t) * f32.byte_size
+    bq, bt = tiles.block_q, tiles.block_t
+    shared = (bq * (problem.d + 1) + bt * (problem.d + 1) + bt * problem.dv + bq * (bt + 1)) * f32.byte_size
     return KernelResources(tiles.threads, registers, shared)
 
 
@@ -219,16 +220,19 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y")
 
-    with w.parallel(grid, GPU_BLOCK[: len(grid)]) as blocks:
-        q_tile = w.alloc([bq, D], f32, "shared", "q_tile")
-        k_tile = w.alloc([bt, D], f32, "shared", "k_tile")
+    with w.parallel(grid, GPU_BLOCK[: len(grid)], ["q_block", "batch"]) as blocks:
+        # Rows read by different threads of a warp at once (q, k, p) are
+        # padded by one word, so that they fall into different banks.
+        q_tile = w.alloc([bq, D + 1], f32, "shared", "q_tile")
+        k_tile = w.alloc([bt, D + 1], f32, "shared", "k_tile")
         v_tile = w.alloc([bt, Dv], f32, "shared", "v_tile")
-        p_tile = w.alloc([bq, bt], f32, "shared", "p_tile")
+        p_tile = w.alloc([bq, bt + 1], f32, "shared", "p_tile")
         q0 = im.mul(blocks[0], im.const(bq))
         bidx = problem.batch_index(blocks[1] if len(blocks) > 1 else im.const(0), im)
         end = kv_end(w, problem, im.add(q0, im.const(bq)))
-        with w.parallel([threads], ["thread.x"]) as (t,):
+        with w.parallel([threads], ["thread.x"], ["t"]) as (t,):
             row, lane = im.div(t, tpr), im.rem(t, tpr)
+            row.name_hint, lane.name_hint = "row", "lane"
             q = im.add(q0, row)
             q_ok = w.below(q, S, S % bq != 0)
             scores = Scores(w, problem, bidx)
@@ -267,7 +271,7 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     qd = w.load(q_tile, [row, d])
                     return [s.add(sums[u], s.mul(qd, w.load(k_tile, [key_cols[u], d]))) for u in range(scores_per_thread)]
 
-                dots = w.for_(im.const(0), im.const(D), im.const(1), [s.const(0.0)] * scores_per_thread, dot_step)
+                dots = w.for_(im.const(0), im.const(D), im.const(1), [s.const(0.0)] * scores_per_thread, dot_step, names=("d", "dot"))
                 keys = [im.add(k0, c) for c in key_cols]
                 tile_scores = [scores.finish(dots[u], q, keys[u], q_ok, w.below(keys[u], Tk, Tk % bt != 0)) for u in range(scores_per_thread)]
                 tile_max = tile_scores[0]
@@ -276,6 +280,7 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 m_new = s.max(m, row_reduce(tile_max, s.max))
                 base = scores.safe_max(m_new)
                 alpha = s.exp(s.sub(m, base))
+                m_new.name_hint, alpha.name_hint = "m_new", "alpha"
                 p = [s.exp(s.sub(x, base)) for x in tile_scores]
                 row_sum = p[0]
                 for x in p[1:]:
@@ -289,15 +294,15 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     pj = w.load(p_tile, [row, j])
                     return [s.add(acc[u], s.mul(pj, w.load(v_tile, [j, dv_cols[u]], dv_ok[u]))) for u in range(outputs_per_thread)]
 
-                o = w.for_(im.const(0), im.const(bt), im.const(1), [s.mul(x, alpha) for x in o], pv_step)
+                o = w.for_(im.const(0), im.const(bt), im.const(1), [s.mul(x, alpha) for x in o], pv_step, names=("j", "o"))
                 w.barrier()
                 return [m_new, l_new, *o]
 
             init = [scores.minus_inf, s.const(0.0)] + [s.const(0.0)] * outputs_per_thread
-            final = w.for_(im.const(0), end, im.const(bt), init, kv_step)
-            l = final[1]
+            final = w.for_(im.const(0), end, im.const(bt), init, kv_step, names=("k0", ["m", "l"] + ["o"] * outputs_per_thread))
+            inverse = s.div(s.const(1.0), final[1])
             for u in range(outputs_per_thread):
-                out = s.div(final[2 + u], l)
+                out = s.mul(final[2 + u], inverse)
                 epilogue.emit(w.emitter, problem.out_index(bidx, q, dv_cols[u]), out, w.all_of(q_ok, dv_ok[u]))
     return w
 
@@ -309,9 +314,9 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     bq, bt = tiles.block_q, tiles.block_t
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     q_blocks = ceil_div(S, bq)
-    zero, one = im.const(0), im.const(1)
 
-    with w.parallel([problem.batch_size * q_blocks], ["worker"]) as (p,):
+    with w.parallel([problem.batch_size * q_blocks], ["worker"], ["block"]) as (p,):
+        zero, one = im.const(0), im.const(1)
         bidx = problem.batch_index(im.div(p, q_blocks), im)
         q0 = im.mul(im.rem(p, q_blocks), im.const(bq))
         q_end = w.index_min(im.add(q0, im.const(bq)), im.const(S))
@@ -335,7 +340,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 w.store(w.value_at(problem.op.query, problem.q_index(bidx, im.add(q0, r), d, im)), q_tile, [r, d])
             return []
 
-        w.for_(zero, rows, one, [], init_row)
+        w.for_(zero, rows, one, [], init_row, names=("row", ""))
 
         def kv_step(k0: Value, _) -> list[Value]:
             def pack_key(j: Value, _) -> list[Value]:
@@ -347,8 +352,8 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     w.store(w.value_at(problem.op.value, problem.v_index(bidx, key, c, im), key_ok), v_tile, [j, c])
                 return []
 
-            w.for_(zero, im.const(bt), one, [], pack_key)
-            w.for_(zero, rows, one, [], lambda r, _: update_row(k0, r))
+            w.for_(zero, im.const(bt), one, [], pack_key, names=("j", ""))
+            w.for_(zero, rows, one, [], lambda r, _: update_row(k0, r), names=("r", ""))
             return []
 
         def update_row(k0: Value, r: Value) -> list[Value]:
@@ -363,7 +368,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     w.store(s.add(w.load(row_scores, [j]), s.mul(qd, w.load(k_tile, [d, j]))), row_scores, [j])
                 return []
 
-            w.for_(zero, im.const(D), one, [], dot_step)
+            w.for_(zero, im.const(D), one, [], dot_step, names=("d", ""))
             with w.parallel([bt], ["vector"]) as (j,):
                 key = im.add(k0, j)
                 w.store(scores.finish(w.load(row_scores, [j]), q, key, None, w.below(key, Tk, Tk % bt != 0)), row_scores, [j])
@@ -372,6 +377,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
             m_new = s.max(m_old, tile_max)
             base = scores.safe_max(m_new)
             alpha = s.exp(s.sub(m_old, base))
+            m_new.name_hint, alpha.name_hint = "m_new", "alpha"
             with w.parallel([bt], ["vector"]) as (j,):
                 w.store(s.exp(s.sub(w.load(row_scores, [j]), base)), row_scores, [j])
             row_sum = w.for_(zero, im.const(bt), one, [s.const(0.0)], lambda j, acc: [s.add(acc[0], w.load(row_scores, [j]))])[0]
@@ -386,10 +392,10 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     w.store(s.add(w.load(o_rows, [r, c]), s.mul(pj, w.load(v_tile, [j, c]))), o_rows, [r, c])
                 return []
 
-            w.for_(zero, im.const(bt), one, [], pv_step)
+            w.for_(zero, im.const(bt), one, [], pv_step, names=("j", ""))
             return []
 
-        w.for_(zero, end, im.const(bt), [], kv_step)
+        w.for_(zero, end, im.const(bt), [], kv_step, names=("k0", ""))
 
         def store_row(r: Value, _) -> list[Value]:
             inverse = s.div(s.const(1.0), w.load(l_rows, [r]))
@@ -398,5 +404,5 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 epilogue.emit(w.emitter, problem.out_index(bidx, im.add(q0, r), c), out)
             return []
 
-        w.for_(zero, rows, one, [], store_row)
+        w.for_(zero, rows, one, [], store_row, names=("row", ""))
     return w

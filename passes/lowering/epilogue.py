@@ -25,15 +25,14 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
 from .kernel_writer import GuardedEmitter
-from .scalar_emitter import SCALAR_FORMULAS, Index, IndexMath, LoweringError
+from .scalar_emitter import SCALAR_FORMULAS, Index, IndexMath, LoweringError, reshape_index
 
 
 def forward_index(op: Operation, idx: list[Value], im: IndexMath) -> list[Value]:
     """Where the input element at `idx` lands in a layout op's result."""
     if isinstance(op, T.TransposeOp):
         return [idx[axis] for axis in op.attr("perm")]
-    flat = im.linearize(idx, op.input.type.shape)
-    return im.delinearize(flat, op.result.type.shape)
+    return reshape_index(idx, op.input.type.shape, op.result.type.shape, im)
 
 
 FORWARD_LAYOUT = (T.TransposeOp, T.ReshapeOp)

@@ -103,9 +103,11 @@ class KernelWriter:
             self.b.set_insertion_point(saved)
 
     @contextmanager
-    def parallel(self, upper: Sequence[int], mapping: Sequence[str]) -> Iterator[list[Value]]:
+    def parallel(self, upper: Sequence[int], mapping: Sequence[str], names: Sequence[str] = ()) -> Iterator[list[Value]]:
         """`with w.parallel([n], ["worker"]) as (i,):` — the body goes inside."""
         op = self.b.insert(loop.ParallelOp.build(list(upper), list(mapping)))
+        for arg, name in zip(op.induction_vars, names):
+            arg.name_hint = name
         with self.inside(op.body):
             yield list(op.induction_vars)
             self.b.create(loop.YieldOp)
@@ -118,9 +120,18 @@ class KernelWriter:
         inits: Sequence[Value],
         body: Callable[[Value, list[Value]], Sequence[Value]],
         unroll: int | None = None,
+        names: tuple[str, str | Sequence[str]] | None = None,
     ) -> list[Value]:
-        """A `loop.for` whose body is `body(iv, carried) -> next carried`."""
+        """A `loop.for` whose body is `body(iv, carried) -> next carried`;
+        `names` hints the induction variable's name and the carried values'
+        (one name for all, or one each)."""
         op = self.b.insert(loop.ForOp.build(lower, upper, step, list(inits)))
+        if names is not None:
+            op.induction_var.name_hint = names[0]
+            carried = [names[1]] * len(inits) if isinstance(names[1], str) else list(names[1])
+            for values in (op.iter_args, op.results):
+                for value, name in zip(values, carried):
+                    value.name_hint = name or None
         if unroll is not None:
             op.attributes["unroll"] = A.IntegerAttr(unroll)
         with self.inside(op.body):

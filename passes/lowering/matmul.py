@@ -275,13 +275,13 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z; use larger tiles")
 
-    with w.parallel(grid, GPU_BLOCK[: len(grid)]) as blocks:
+    with w.parallel(grid, GPU_BLOCK[: len(grid)], ["col_block", "row_block", "batch"]) as blocks:
         a_tile = w.alloc([bk, bm], acc_type, "shared", "a_tile")
         b_tile = w.alloc([bk, bn], acc_type, "shared", "b_tile")
         row0 = im.mul(blocks[1], im.const(bm))
         col0 = im.mul(blocks[0], im.const(bn))
         bidx = problem.batch_index(blocks[2] if len(blocks) > 2 else im.const(0), im)
-        with w.parallel([tiles.threads], ["thread.x"]) as (t,):
+        with w.parallel([tiles.threads], ["thread.x"], ["t"]) as (t,):
             tx = im.rem(t, cols_per_row)
             ty = im.div(t, cols_per_row)
 
@@ -315,13 +315,13 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
                 stage(a_tile, problem.lhs, False, a_plan, k0)
                 stage(b_tile, problem.rhs, True, b_plan, k0)
                 w.barrier()
-                acc = w.for_(im.const(0), im.const(bk), im.const(1), acc, multiply, unroll=bk)
+                acc = w.for_(im.const(0), im.const(bk), im.const(1), acc, multiply, unroll=bk, names=("kk", "acc"))
                 w.barrier()
                 return acc
 
             a_plan, b_plan = plan_stage(False), plan_stage(True)
             zero = s.const(0, acc_type)
-            acc = w.for_(im.const(0), im.const(K), im.const(bk), [zero] * (tm * tn), k_step)
+            acc = w.for_(im.const(0), im.const(K), im.const(bk), [zero] * (tm * tn), k_step, names=("k0", "acc"))
             rows = [im.add(row0, im.add(ty, im.const(i * rows_per_col))) for i in range(tm)]
             cols = [im.add(col0, im.add(tx, im.const(j * cols_per_row))) for j in range(tn)]
             row_ok = [w.below(m, M, M % bm != 0) for m in rows]
@@ -343,7 +343,7 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
     acc_type = problem.accumulator
     row_blocks, col_blocks = ceil_div(M, mc), ceil_div(N, nc)
 
-    with w.parallel([problem.batch_size * row_blocks * col_blocks], ["worker"]) as (p,):
+    with w.parallel([problem.batch_size * row_blocks * col_blocks], ["worker"], ["block"]) as (p,):
         batch_flat, row_block, col_block = im.delinearize(p, [problem.batch_size, row_blocks, col_blocks])
         bidx = problem.batch_index(batch_flat, im)
         row0, col0 = im.mul(row_block, im.const(mc)), im.mul(col_block, im.const(nc))
@@ -355,13 +355,13 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
         def micro_kernel(m0: Value, n0: Value) -> None:
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
             row_ok = [w.below(m, M, M % mr != 0) for m in rows]
-            with w.parallel([nr], ["vector"]) as (j,):
+            with w.parallel([nr], ["vector"], ["j"]) as (j,):
                 for i in range(mr):
                     w.store(zero, acc, [im.const(i), j])
 
             def k_step(k: Value, _) -> list[Value]:
                 a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
-                with w.parallel([nr], ["vector"]) as (j,):
+                with w.parallel([nr], ["vector"], ["j"]) as (j,):
                     n = im.add(n0, j)
                     b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), w.below(n, N, N % nr != 0))
                     for i in range(mr):
@@ -369,8 +369,8 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
                         w.store(s.add(w.load(acc, c), s.mul(a[i], b)), acc, c)
                 return []
 
-            w.for_(im.const(0), im.const(K), im.const(1), [], k_step)
-            with w.parallel([nr], ["vector"]) as (j,):
+            w.for_(im.const(0), im.const(K), im.const(1), [], k_step, names=("k", ""))
+            with w.parallel([nr], ["vector"], ["j"]) as (j,):
                 n = im.add(n0, j)
                 col_ok = w.below(n, N, N % nr != 0)
                 for i in range(mr):
@@ -379,8 +379,8 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
         # Column panels outside, row panels inside: a K×NR panel of B is
         # reused by every MR-row panel of the block's rows.
         def column_panel(n0: Value, _) -> list[Value]:
-            w.for_(row0, row_end, im.const(mr), [], lambda m0, _: micro_kernel(m0, n0) or [])
+            w.for_(row0, row_end, im.const(mr), [], lambda m0, _: micro_kernel(m0, n0) or [], names=("m0", ""))
             return []
 
-        w.for_(col0, col_end, im.const(nr), [], column_panel)
+        w.for_(col0, col_end, im.const(nr), [], column_panel, names=("n0", ""))
     return w

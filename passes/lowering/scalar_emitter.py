@@ -136,6 +136,43 @@ def visible_here(builder: Builder, value: Value) -> bool:
     return False
 
 
+def reshape_groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[slice, slice]]:
+    """Runs of axes of `a` and `b` with equal products (the finest such
+    split): a reshape only moves elements within each run, so a head split
+    [B, S, H*D] -> [B, S, H, D] touches only the last axis."""
+    if 0 in a or 0 in b:
+        return [(slice(0, len(a)), slice(0, len(b)))]
+    groups, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start = (i, j)
+        pa, pb = a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                pa, i = pa * a[i], i + 1
+            else:
+                pb, j = pb * b[j], j + 1
+        groups.append((slice(start[0], i), slice(start[1], j)))
+    if i < len(a) or j < len(b):  # trailing axes of size 1
+        if not groups:
+            return [(slice(0, len(a)), slice(0, len(b)))]
+        last = groups.pop()
+        groups.append((slice(last[0].start, len(a)), slice(last[1].start, len(b))))
+    return groups
+
+
+def reshape_index(idx: Index, from_shape: Sequence[int], to_shape: Sequence[int], im: IndexMath) -> list[Value]:
+    """The index in `to_shape` of the element at `idx` in `from_shape` (same
+    elements, row-major), re-linearising only the runs of axes that change."""
+    out: list[Value] = []
+    for f, t in reshape_groups(from_shape, to_shape):
+        if from_shape[f] == to_shape[t]:
+            out += idx[f]
+        else:
+            out += im.delinearize(im.linearize(idx[f], from_shape[f]), to_shape[t])
+    return out
+
+
 def broadcast_index(idx: Index, result_shape: Sequence[int], operand_shape: Sequence[int], im: IndexMath) -> list[Value]:
     """The operand element that numpy broadcasting reads for result index `idx`."""
     offset = len(result_shape) - len(operand_shape)
@@ -397,8 +434,7 @@ class ScalarEmitter:
         return self.at(op.input, source)
 
     def _layout_reshape(self, op, idx):
-        flat = self.im.linearize(idx, op.result.type.shape)
-        return self.at(op.input, self.im.delinearize(flat, op.input.type.shape))
+        return self.at(op.input, reshape_index(idx, op.result.type.shape, op.input.type.shape, self.im))
 
     def _layout_broadcast_to(self, op, idx):
         return self.at(op.input, broadcast_index(idx, op.result.type.shape, op.input.type.shape, self.im))
@@ -447,5 +483,6 @@ __all__ = [
     "ScalarEmitter",
     "Scalars",
     "broadcast_index",
+    "reshape_index",
     "is_elementwise_computable",
 ]

@@ -112,7 +112,7 @@ def test_memory_is_linear_in_the_sequence_length(hardware):
     lowered = lower_group(module, hardware)
     internal = [m for m in memrefs(lowered) if m.memory_space != "global"]
     assert internal, "the kernel stages tiles"
-    assert max(m.num_elements for m in internal) <= 64 * 64
+    assert max(m.num_elements for m in internal) <= 64 * 65  # a 64x64 tile, rows padded by one
     scores = [m for m in memrefs(lowered) if m.num_elements >= s * n and m.shape != (s, n)]  # the mask input is S×T by itself
     assert scores == []
 
@@ -124,7 +124,7 @@ def test_default_gpu_tiles_fit_the_h200():
     tiles = attention_tiles(group, problem, H200)
     resources = check_gpu_attention_tiles(tiles, problem, H200)
     assert (tiles.block_q, tiles.block_t, tiles.threads) == (64, 64, 256)
-    assert resources.shared_bytes == (64 * 64 * 3 + 64 * 64) * 4
+    assert resources.shared_bytes == (64 * 65 * 2 + 64 * 64 + 64 * 65) * 4
     assert resources.registers_per_thread == 16 + 16 + 2 + 32
     assert problem.scale == pytest.approx(1 / math.sqrt(64))
 
