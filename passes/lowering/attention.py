@@ -359,19 +359,15 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
         def update_row(k0: Value, r: Value) -> list[Value]:
             """One query row against one key tile: scores, then the online softmax update."""
             q = im.add(q0, r)
-            with w.parallel([bt], ["vector"]) as (j,):
-                w.store(s.const(0.0), row_scores, [j])
+            with w.parallel([bt], ["vector"], ["j"]) as (j,):
+                # q·k for BT keys at once: the d loop inside the vector loop
+                # over keys, reading the transposed key tile contiguously.
+                def dot_step(d: Value, acc: list[Value]) -> list[Value]:
+                    return [s.add(acc[0], s.mul(w.load(q_tile, [r, d]), w.load(k_tile, [d, j])))]
 
-            def dot_step(d: Value, _) -> list[Value]:
-                qd = w.load(q_tile, [r, d])
-                with w.parallel([bt], ["vector"]) as (j,):
-                    w.store(s.add(w.load(row_scores, [j]), s.mul(qd, w.load(k_tile, [d, j]))), row_scores, [j])
-                return []
-
-            w.for_(zero, im.const(D), one, [], dot_step, names=("d", ""))
-            with w.parallel([bt], ["vector"]) as (j,):
+                dot = w.for_(zero, im.const(D), one, [s.const(0.0)], dot_step, names=("d", "dot"))[0]
                 key = im.add(k0, j)
-                w.store(scores.finish(w.load(row_scores, [j]), q, key, None, w.below(key, Tk, Tk % bt != 0)), row_scores, [j])
+                w.store(scores.finish(dot, q, key, None, w.below(key, Tk, Tk % bt != 0)), row_scores, [j])
             tile_max = w.for_(zero, im.const(bt), one, [scores.minus_inf], lambda j, acc: [s.max(acc[0], w.load(row_scores, [j]))])[0]
             m_old = w.load(m_rows, [r])
             m_new = s.max(m_old, tile_max)
@@ -383,16 +379,13 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
             row_sum = w.for_(zero, im.const(bt), one, [s.const(0.0)], lambda j, acc: [s.add(acc[0], w.load(row_scores, [j]))])[0]
             w.store(s.add(s.mul(w.load(l_rows, [r]), alpha), row_sum), l_rows, [r])
             w.store(m_new, m_rows, [r])
-            with w.parallel([Dv], ["vector"]) as (c,):
-                w.store(s.mul(w.load(o_rows, [r, c]), alpha), o_rows, [r, c])
+            with w.parallel([Dv], ["vector"], ["c"]) as (c,):
+                # o[r] = o[r]·alpha + p·V: the key loop inside the vector loop over columns.
+                def pv_step(j: Value, acc: list[Value]) -> list[Value]:
+                    return [s.add(acc[0], s.mul(w.load(row_scores, [j]), w.load(v_tile, [j, c])))]
 
-            def pv_step(j: Value, _) -> list[Value]:
-                pj = w.load(row_scores, [j])
-                with w.parallel([Dv], ["vector"]) as (c,):
-                    w.store(s.add(w.load(o_rows, [r, c]), s.mul(pj, w.load(v_tile, [j, c]))), o_rows, [r, c])
-                return []
-
-            w.for_(zero, im.const(bt), one, [], pv_step, names=("j", ""))
+                rescaled = s.mul(w.load(o_rows, [r, c]), alpha)
+                w.store(w.for_(zero, im.const(bt), one, [rescaled], pv_step, names=("j", "o"))[0], o_rows, [r, c])
             return []
 
         w.for_(zero, end, im.const(bt), [], kv_step, names=("k0", ""))

@@ -24,17 +24,15 @@ reads and the global stores are contiguous. Tiles are staged transposed
 (k-major), and the global reads of a tile are spread over the threads in
 the operand's memory order (coalesced for transposed operands too).
 
-CPU (a register-blocked micro-kernel under cache blocking):
+CPU (register tiles under cache blocking, the structure docs/cpu-target.md
+recommends: the backend widens the vector loop, loop.for and all):
 
-    loop.parallel [batch * M/MC] (worker)              -- row blocks
-      acc = alloc local [MR, NR]
-      loop.for n0 in 0..N step NR                       -- B panel K×NR stays in cache
-        loop.for m0 in block step MR                    -- micro-panels of the row block
-          acc = 0
-          loop.for k in 0..K
-            a_i = A[m0+i, k]  (MR scalars)
-            loop.parallel [NR] (vector): acc[i, j] += a_i * B[k, n0+j]
-          loop.parallel [NR] (vector): epilogue(acc[i, j]) -> store
+    loop.parallel [batch * M/MC * N/NC] (worker)        -- MC×NC output blocks
+      loop.for n0 in block step NR                       -- a K×NR panel of B stays in cache
+        loop.for m0 in block step MR                     -- register tiles down the block
+          loop.parallel [NR] (vector)
+            acc[MR] = loop.for k in 0..K: acc_i += A[m0+i, k] * B[k, n0+j]
+            epilogue(acc_i) -> store, guarded at the edges
 """
 
 from __future__ import annotations
@@ -203,9 +201,9 @@ def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware)
 def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> CpuMatmulTiles:
     """`tile.block = [MC, NC]` when the tiler set it, else 64×256 (an A
     block that stays in L2 while B streams through in K×NR panels), cut to
-    the problem; the register block is 4 rows × 2 vectors: 8 of the 32
-    vector registers accumulate."""
-    mr, nr = 4, 2 * hardware.warp_size
+    the problem; the register tile is 8 rows × 2 vectors: 16 of the 32
+    vector registers accumulate (docs/cpu-target.md)."""
+    mr, nr = min(8, problem.m), 2 * hardware.warp_size
     mc, nc = tile_attribute(group, "tile.block", [64, 256])
     mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
@@ -349,37 +347,31 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
         row0, col0 = im.mul(row_block, im.const(mc)), im.mul(col_block, im.const(nc))
         row_end = w.index_min(im.add(row0, im.const(mc)), im.const(M))
         col_end = w.index_min(im.add(col0, im.const(nc)), im.const(N))
-        acc = w.alloc([mr, nr], acc_type, "local", "acc")
-        zero = s.const(0, acc_type)
 
-        def micro_kernel(m0: Value, n0: Value) -> None:
+        def register_tile(m0: Value, n0: Value) -> None:
+            # The MR×NR tile at (m0, n0): a vector loop over its NR columns
+            # around the K loop, which carries one accumulator per row (each
+            # a vector register row once the vector loop is widened).
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
             row_ok = [w.below(m, M, M % mr != 0) for m in rows]
             with w.parallel([nr], ["vector"], ["j"]) as (j,):
-                for i in range(mr):
-                    w.store(zero, acc, [im.const(i), j])
-
-            def k_step(k: Value, _) -> list[Value]:
-                a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
-                with w.parallel([nr], ["vector"], ["j"]) as (j,):
-                    n = im.add(n0, j)
-                    b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), w.below(n, N, N % nr != 0))
-                    for i in range(mr):
-                        c = [im.const(i), j]
-                        w.store(s.add(w.load(acc, c), s.mul(a[i], b)), acc, c)
-                return []
-
-            w.for_(im.const(0), im.const(K), im.const(1), [], k_step, names=("k", ""))
-            with w.parallel([nr], ["vector"], ["j"]) as (j,):
                 n = im.add(n0, j)
                 col_ok = w.below(n, N, N % nr != 0)
-                for i in range(mr):
-                    epilogue.emit(w.emitter, problem.result_index(bidx, rows[i], n), w.load(acc, [im.const(i), j]), w.all_of(row_ok[i], col_ok))
 
-        # Column panels outside, row panels inside: a K×NR panel of B is
-        # reused by every MR-row panel of the block's rows.
+                def k_step(k: Value, acc: list[Value]) -> list[Value]:
+                    b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), col_ok)
+                    a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
+                    return [s.add(acc[i], s.mul(a[i], b)) for i in range(mr)]
+
+                acc = w.for_(im.const(0), im.const(K), im.const(1), [s.const(0, acc_type)] * mr, k_step, names=("k", "acc"))
+                for i in range(mr):
+                    epilogue.emit(w.emitter, problem.result_index(bidx, rows[i], n), acc[i], w.all_of(row_ok[i], col_ok))
+
+        # Column panels outside, register tiles down the block's rows inside:
+        # a K×NR panel of B stays in cache for all of them, and the block's
+        # MC×K rows of A for all its panels.
         def column_panel(n0: Value, _) -> list[Value]:
-            w.for_(row0, row_end, im.const(mr), [], lambda m0, _: micro_kernel(m0, n0) or [], names=("m0", ""))
+            w.for_(row0, row_end, im.const(mr), [], lambda m0, _: register_tile(m0, n0) or [], names=("m0", ""))
             return []
 
         w.for_(col0, col_end, im.const(nr), [], column_panel, names=("n0", ""))
