@@ -312,6 +312,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
     im, s = w.im, w.s
     bq, bt = tiles.block_q, tiles.block_t
+    rr = next(x for x in (4, 2, 1) if bq % x == 0)  # rows sharing each k and v load
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     q_blocks = ceil_div(S, bq)
 
@@ -325,74 +326,94 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
         q_tile = w.alloc([bq, D], f32, "local", "q_tile")
         k_tile = w.alloc([D, bt], f32, "local", "k_tile")
         v_tile = w.alloc([bt, Dv], f32, "local", "v_tile")
-        row_scores = w.alloc([bt], f32, "local", "scores")
+        p_tile = w.alloc([rr, bt], f32, "local", "p_tile")
         m_rows = w.alloc([bq], f32, "local", "m")
         l_rows = w.alloc([bq], f32, "local", "l")
         o_rows = w.alloc([bq, Dv], f32, "local", "o")
         scores = Scores(w, problem, bidx)
 
         def init_row(r: Value, _) -> list[Value]:
+            # Every row of the tile, rows past S as zeros: row groups may overhang.
+            q = im.add(q0, r)
+            q_ok = w.below(q, S, S % bq != 0)
             w.store(scores.minus_inf, m_rows, [r])
             w.store(s.const(0.0), l_rows, [r])
-            with w.parallel([Dv], ["vector"]) as (c,):
+            with w.parallel([Dv], ["vector"], ["c"]) as (c,):
                 w.store(s.const(0.0), o_rows, [r, c])
-            with w.parallel([D], ["vector"]) as (d,):
-                w.store(w.value_at(problem.op.query, problem.q_index(bidx, im.add(q0, r), d, im)), q_tile, [r, d])
+            with w.parallel([D], ["vector"], ["d"]) as (d,):
+                w.store(w.value_at(problem.op.query, problem.q_index(bidx, q, d, im), q_ok), q_tile, [r, d])
             return []
 
-        w.for_(zero, rows, one, [], init_row, names=("row", ""))
+        w.for_(zero, im.const(bq), one, [], init_row, names=("row", ""))
 
         def kv_step(k0: Value, _) -> list[Value]:
             def pack_key(j: Value, _) -> list[Value]:
                 key = im.add(k0, j)
                 key_ok = w.below(key, Tk, Tk % bt != 0)
-                with w.parallel([D], ["vector"]) as (d,):
+                with w.parallel([D], ["vector"], ["d"]) as (d,):
                     w.store(w.value_at(problem.op.key, problem.k_index(bidx, key, d, im), key_ok), k_tile, [d, j])
-                with w.parallel([Dv], ["vector"]) as (c,):
+                with w.parallel([Dv], ["vector"], ["c"]) as (c,):
                     w.store(w.value_at(problem.op.value, problem.v_index(bidx, key, c, im), key_ok), v_tile, [j, c])
                 return []
 
             w.for_(zero, im.const(bt), one, [], pack_key, names=("j", ""))
-            w.for_(zero, rows, one, [], lambda r, _: update_row(k0, r), names=("r", ""))
+            w.for_(zero, rows, im.const(rr), [], lambda r0, _: update_rows(k0, r0), names=("r0", ""))
             return []
 
-        def update_row(k0: Value, r: Value) -> list[Value]:
-            """One query row against one key tile: scores, then the online softmax update."""
-            q = im.add(q0, r)
+        def update_rows(k0: Value, r0: Value) -> list[Value]:
+            """RR query rows against one key tile: scores, then the online softmax update."""
+            r = [im.add(r0, im.const(i)) for i in range(rr)]
+            q = [im.add(q0, x) for x in r]
+            q_ok = [w.below(x, S, S % rr != 0) for x in q]
             with w.parallel([bt], ["vector"], ["j"]) as (j,):
-                # q·k for BT keys at once: the d loop inside the vector loop
-                # over keys, reading the transposed key tile contiguously.
+                # q·k for RR rows × BT keys: the d loop inside the vector loop
+                # over keys (the transposed key tile read contiguously), one
+                # accumulator per row.
                 def dot_step(d: Value, acc: list[Value]) -> list[Value]:
-                    return [s.add(acc[0], s.mul(w.load(q_tile, [r, d]), w.load(k_tile, [d, j])))]
+                    k = w.load(k_tile, [d, j])
+                    return [s.add(acc[i], s.mul(w.load(q_tile, [r[i], d]), k)) for i in range(rr)]
 
-                dot = w.for_(zero, im.const(D), one, [s.const(0.0)], dot_step, names=("d", "dot"))[0]
+                dots = w.for_(zero, im.const(D), one, [s.const(0.0)] * rr, dot_step, names=("d", "dot"))
                 key = im.add(k0, j)
-                w.store(scores.finish(dot, q, key, None, w.below(key, Tk, Tk % bt != 0)), row_scores, [j])
-            tile_max = w.for_(zero, im.const(bt), one, [scores.minus_inf], lambda j, acc: [s.max(acc[0], w.load(row_scores, [j]))])[0]
-            m_old = w.load(m_rows, [r])
-            m_new = s.max(m_old, tile_max)
-            base = scores.safe_max(m_new)
-            alpha = s.exp(s.sub(m_old, base))
-            m_new.name_hint, alpha.name_hint = "m_new", "alpha"
-            with w.parallel([bt], ["vector"]) as (j,):
-                w.store(s.exp(s.sub(w.load(row_scores, [j]), base)), row_scores, [j])
-            row_sum = w.for_(zero, im.const(bt), one, [s.const(0.0)], lambda j, acc: [s.add(acc[0], w.load(row_scores, [j]))])[0]
-            w.store(s.add(s.mul(w.load(l_rows, [r]), alpha), row_sum), l_rows, [r])
-            w.store(m_new, m_rows, [r])
+                key_ok = w.below(key, Tk, Tk % bt != 0)
+                for i in range(rr):
+                    w.store(scores.finish(dots[i], q[i], key, q_ok[i], key_ok), p_tile, [im.const(i), j])
+            bases, alphas = [], []
+            for i in range(rr):
+                row = im.const(i)
+                tile_max = w.for_(zero, im.const(bt), one, [scores.minus_inf], lambda j, acc: [s.max(acc[0], w.load(p_tile, [row, j]))])[0]
+                m_old = w.load(m_rows, [r[i]])
+                m_new = s.max(m_old, tile_max)
+                bases.append(scores.safe_max(m_new))
+                alphas.append(s.exp(s.sub(m_old, bases[i])))
+                m_new.name_hint, alphas[i].name_hint = "m_new", "alpha"
+                w.store(m_new, m_rows, [r[i]])
+            with w.parallel([bt], ["vector"], ["j"]) as (j,):
+                for i in range(rr):
+                    at = [im.const(i), j]
+                    w.store(s.exp(s.sub(w.load(p_tile, at), bases[i])), p_tile, at)
+            for i in range(rr):
+                row = im.const(i)
+                row_sum = w.for_(zero, im.const(bt), one, [s.const(0.0)], lambda j, acc: [s.add(acc[0], w.load(p_tile, [row, j]))])[0]
+                w.store(s.add(s.mul(w.load(l_rows, [r[i]]), alphas[i]), row_sum), l_rows, [r[i]])
             with w.parallel([Dv], ["vector"], ["c"]) as (c,):
-                # o[r] = o[r]·alpha + p·V: the key loop inside the vector loop over columns.
+                # o = o·alpha + p·V for RR rows: the key loop inside the vector
+                # loop over columns, one accumulator per row.
                 def pv_step(j: Value, acc: list[Value]) -> list[Value]:
-                    return [s.add(acc[0], s.mul(w.load(row_scores, [j]), w.load(v_tile, [j, c])))]
+                    v = w.load(v_tile, [j, c])
+                    return [s.add(acc[i], s.mul(w.load(p_tile, [im.const(i), j]), v)) for i in range(rr)]
 
-                rescaled = s.mul(w.load(o_rows, [r, c]), alpha)
-                w.store(w.for_(zero, im.const(bt), one, [rescaled], pv_step, names=("j", "o"))[0], o_rows, [r, c])
+                rescaled = [s.mul(w.load(o_rows, [r[i], c]), alphas[i]) for i in range(rr)]
+                o = w.for_(zero, im.const(bt), one, rescaled, pv_step, names=("j", "o"))
+                for i in range(rr):
+                    w.store(o[i], o_rows, [r[i], c])
             return []
 
         w.for_(zero, end, im.const(bt), [], kv_step, names=("k0", ""))
 
         def store_row(r: Value, _) -> list[Value]:
             inverse = s.div(s.const(1.0), w.load(l_rows, [r]))
-            with w.parallel([Dv], ["vector"]) as (c,):
+            with w.parallel([Dv], ["vector"], ["c"]) as (c,):
                 out = s.mul(w.load(o_rows, [r, c]), inverse)
                 epilogue.emit(w.emitter, problem.out_index(bidx, im.add(q0, r), c), out)
             return []
