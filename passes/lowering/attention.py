@@ -244,12 +244,9 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
             key_cols = [im.add(lane, im.const(u * tpr)) for u in range(scores_per_thread)]
             dv_cols = [im.add(lane, im.const(u * tpr)) for u in range(outputs_per_thread)]
             dv_ok = [w.below(c, Dv, (u + 1) * tpr > Dv) for u, c in enumerate(dv_cols)]
-            k_plan = w.cooperative(t, threads, [bt, D])
-            v_plan = w.cooperative(t, threads, [bt, Dv])
-
             def stage_kv(k0: Value) -> None:
-                for tile, operand, plan, index_of in ((k_tile, problem.op.key, k_plan, problem.k_index), (v_tile, problem.op.value, v_plan, problem.v_index)):
-                    for (j, c), inside in plan:
+                for tile, operand, width, index_of in ((k_tile, problem.op.key, D, problem.k_index), (v_tile, problem.op.value, Dv, problem.v_index)):
+                    for (j, c), inside in w.cooperative(t, threads, [bt, width]):
                         key = im.add(k0, j)
                         guard = w.all_of(inside, w.below(key, Tk, Tk % bt != 0))
                         w.store(w.value_at(operand, index_of(bidx, key, c, im), guard), tile, [j, c], inside)

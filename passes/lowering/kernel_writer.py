@@ -212,15 +212,29 @@ class KernelWriter:
         """The points of `shape` this thread owns when all `threads` threads of
         a block share them out row-major (last axis fastest, so consecutive
         threads take consecutive points), each with the guard `inside` of a
-        last round that the threads do not fill (None when they do)."""
-        total = math.prod(shape)
-        points = []
-        for round_ in range(ceil_div(total, threads)):
-            flat = self.im.add(thread, self.im.const(round_ * threads))
-            inside = self.below(flat, total, needed=(round_ + 1) * threads > total)
-            points.append((self.im.delinearize(flat, shape), inside))
-        return points
+        last round that the threads do not fill (None when they do).
 
+        When the threads tile whole rows of a 2-D shape (or a row holds whole
+        rounds), a thread's points differ by constants, so the indices cost
+        an add each and nothing has to stay live across rounds."""
+        im = self.im
+        total = math.prod(shape)
+        rounds = ceil_div(total, threads)
+        if len(shape) == 2 and threads % shape[1] == 0:
+            rows_per_round = threads // shape[1]
+            row, col = im.div(thread, shape[1]), im.rem(thread, shape[1])
+            return [
+                ([im.add(row, im.const(k * rows_per_round)), col], self.below(im.add(row, im.const(k * rows_per_round)), shape[0], (k + 1) * rows_per_round > shape[0]))
+                for k in range(rounds)
+            ]
+        if len(shape) == 2 and shape[1] % threads == 0:
+            return [([im.const(k * threads // shape[1]), im.add(thread, im.const(k * threads % shape[1]))], None) for k in range(rounds)]
+        points = []
+        for k in range(rounds):
+            flat = im.add(thread, im.const(k * threads))
+            inside = self.below(flat, total, needed=(k + 1) * threads > total)
+            points.append((im.delinearize(flat, shape), inside))
+        return points
 
 def compute_type(t: TensorType | ScalarType) -> ScalarType:
     """The scalar type a tensor's elements are computed in (f32 for floats)."""

@@ -283,24 +283,17 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
             tx = im.rem(t, cols_per_row)
             ty = im.div(t, cols_per_row)
 
-            def plan_stage(is_rhs: bool) -> list[tuple[Value, Value, Value, Value | None, Value | None]]:
+            def stage(tile: Value, operand: Value, is_rhs: bool, k0: Value) -> None:
                 # This thread's share of a BK-deep operand tile, spread over the
-                # threads in the operand's memory order so that the global reads
-                # are coalesced; everything but the k offset is loop-invariant.
+                # threads in the operand's memory order so that the global
+                # reads are coalesced, stored k-major.
                 transposed = problem.op.attr("transpose_b" if is_rhs else "transpose_a")
                 extent, outer, origin = (bn, N, col0) if is_rhs else (bm, M, row0)
                 k_fastest = transposed == is_rhs
-                plan = []
                 for point, inside in w.cooperative(t, tiles.threads, [extent, bk] if k_fastest else [bk, extent]):
                     r, c = point if k_fastest else point[::-1]
-                    row = im.add(origin, r)
-                    plan.append((r, c, row, w.all_of(inside, w.below(row, outer, outer % extent != 0)), inside))
-                return plan
-
-            def stage(tile: Value, operand: Value, is_rhs: bool, plan, k0: Value) -> None:
-                for r, c, row, row_guard, inside in plan:
-                    k = im.add(k0, c)
-                    guard = w.all_of(row_guard, w.below(k, K, K % bk != 0))
+                    row, k = im.add(origin, r), im.add(k0, c)
+                    guard = w.all_of(inside, w.below(row, outer, outer % extent != 0), w.below(k, K, K % bk != 0))
                     idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
                     w.store(w.value_at(operand, idx, guard), tile, [c, r], inside)
 
@@ -310,14 +303,13 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
                 return [s.add(acc[i * tn + j], s.mul(a[i], b[j])) for i in range(tm) for j in range(tn)]
 
             def k_step(k0: Value, acc: list[Value]) -> list[Value]:
-                stage(a_tile, problem.lhs, False, a_plan, k0)
-                stage(b_tile, problem.rhs, True, b_plan, k0)
+                stage(a_tile, problem.lhs, False, k0)
+                stage(b_tile, problem.rhs, True, k0)
                 w.barrier()
                 acc = w.for_(im.const(0), im.const(bk), im.const(1), acc, multiply, unroll=bk, names=("kk", "acc"))
                 w.barrier()
                 return acc
 
-            a_plan, b_plan = plan_stage(False), plan_stage(True)
             zero = s.const(0, acc_type)
             acc = w.for_(im.const(0), im.const(K), im.const(bk), [zero] * (tm * tn), k_step, names=("k0", "acc"))
             rows = [im.add(row0, im.add(ty, im.const(i * rows_per_col))) for i in range(tm)]

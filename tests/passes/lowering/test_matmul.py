@@ -121,6 +121,12 @@ def test_head_split_in_the_epilogue_is_an_index_map(hardware, tiles):
     assert_lowering_matches(module, hardware)
 
 
+def test_gpu_tiles_whose_rows_hold_whole_staging_rounds():
+    # 16 threads stage the 4x32 b tile as two rounds of half rows each.
+    module = group_module("matmul", [t(11, 9), t(9, 40)], lambda b, a: [matmul(b, a[0], a[1])], {"tile.block": [16, 32], "tile.k": 4, "tile.threads": 16})
+    assert_lowering_matches(module, H200)
+
+
 def test_cpu_blocks_and_panels_that_overhang_the_matrix():
     # 13 rows = 8 + 5 (a ragged register block), 70 columns = 64 + 6 in blocks
     # of two 32-wide panels (a ragged block and a ragged panel).
