@@ -223,10 +223,11 @@ class KernelWriter:
         if len(shape) == 2 and threads % shape[1] == 0:
             rows_per_round = threads // shape[1]
             row, col = im.div(thread, shape[1]), im.rem(thread, shape[1])
-            return [
-                ([im.add(row, im.const(k * rows_per_round)), col], self.below(im.add(row, im.const(k * rows_per_round)), shape[0], (k + 1) * rows_per_round > shape[0]))
-                for k in range(rounds)
-            ]
+            points = []
+            for k in range(rounds):
+                r = im.add(row, im.const(k * rows_per_round))
+                points.append(([r, col], self.below(r, shape[0], (k + 1) * rows_per_round > shape[0])))
+            return points
         if len(shape) == 2 and shape[1] % threads == 0:
             return [([im.const(k * threads // shape[1]), im.add(thread, im.const(k * threads % shape[1]))], None) for k in range(rounds)]
         points = []

@@ -48,6 +48,7 @@ class IndexMath:
         self.b = builder
         self.known: dict[Value, int] = {}
         self._constants: dict[int, Value] = {}
+        self._computed: dict[tuple, Value] = {}
 
     def const(self, value: int) -> Value:
         found = self._constants.get(value)
@@ -61,6 +62,17 @@ class IndexMath:
     def value_of(self, v: Value) -> int | None:
         return self.known.get(v)
 
+    def _op(self, op_class, a: Value, b: Value, predicate: str | None = None) -> Value:
+        """`a op b`, reusing the same computation where it is visible (index
+        expressions repeat a lot: every access of a tile recomputes its row)."""
+        key = (op_class, a, b, predicate)
+        found = self._computed.get(key)
+        if found is not None and visible_here(self.b, found):
+            return found
+        result = self.b.create(op_class, [a, b], {"predicate": predicate} if predicate else None).result
+        self._computed[key] = result
+        return result
+
     def add(self, a: Value, b: Value) -> Value:
         ka, kb = self.known.get(a), self.known.get(b)
         if ka is not None and kb is not None:
@@ -69,7 +81,7 @@ class IndexMath:
             return b
         if kb == 0:
             return a
-        return self.b.create(arith.AddOp, [a, b]).result
+        return self._op(arith.AddOp, a, b)
 
     def mul(self, a: Value, b: Value) -> Value:
         ka, kb = self.known.get(a), self.known.get(b)
@@ -81,7 +93,7 @@ class IndexMath:
             return a
         if ka == 0 or kb == 0:
             return self.const(0)
-        return self.b.create(arith.MulOp, [a, b]).result
+        return self._op(arith.MulOp, a, b)
 
     def div(self, a: Value, divisor: int) -> Value:
         ka = self.known.get(a)
@@ -89,7 +101,7 @@ class IndexMath:
             return self.const(ka // divisor)
         if divisor == 1:
             return a
-        return self.b.create(arith.DivOp, [a, self.const(divisor)]).result
+        return self._op(arith.DivOp, a, self.const(divisor))
 
     def rem(self, a: Value, divisor: int) -> Value:
         ka = self.known.get(a)
@@ -97,7 +109,7 @@ class IndexMath:
             return self.const(ka % divisor)
         if divisor == 1:
             return self.const(0)
-        return self.b.create(arith.RemOp, [a, self.const(divisor)]).result
+        return self._op(arith.RemOp, a, self.const(divisor))
 
     def linearize(self, idx: Index, shape: Sequence[int]) -> Value:
         flat = self.const(0)
@@ -116,7 +128,7 @@ class IndexMath:
         return out
 
     def less_than(self, a: Value, bound: int) -> Value:
-        return self.b.create(arith.CmpOp, [a, self.const(bound)], {"predicate": "lt"}).result
+        return self._op(arith.CmpOp, a, self.const(bound), "lt")
 
 
 def visible_here(builder: Builder, value: Value) -> bool:
