@@ -3,8 +3,11 @@
 A `matmul` group holds exactly one `tensor.matmul` (batched, broadcast
 batch, 1-D promotion and transposed operands all allowed), an optional
 cheap elementwise prologue on its operands (computed while the operands are
-read) and an elementwise epilogue on its result (applied to the
-accumulators before the single store; see `epilogue.py`).
+read) and an epilogue on its result: elementwise ops (bias, activation,
+residual, cast) and layout ops (a head split), applied to the accumulators
+before the single store (see `epilogue.py`). Tile sizes come from the
+tiler's `tile.*` attributes (`gpu_matmul_tiles`, `cpu_matmul_tiles`); what
+they cost in registers and shared memory is `gpu_matmul_resources`.
 
 GPU (Triton-style block tiles, boundary masks):
 
