@@ -208,6 +208,23 @@ def kv_end(w: KernelWriter, problem: AttentionProblem, q_end: Value) -> Value:
     return w.index_min(q_end, w.im.const(problem.t))
 
 
+def causal_order(w: KernelWriter, problem: AttentionProblem, i: Value, count: int, gpu: bool) -> Value:
+    """The q tile that block (or worker iteration) `i` of `count` takes.
+
+    Causal tiles cost in proportion to their index. GPU blocks start in
+    order, so the costliest go first and the cheap ones fill the tail; CPU
+    workers take contiguous ranges of iterations, so tiles are interleaved
+    from both ends (0, n-1, 1, n-2, ...) to give each range equal work."""
+    if not problem.causal or count == 1:
+        return i
+    last = w.im.const(count - 1)
+    if gpu:
+        return w.index_sub(last, i)
+    half = w.im.div(i, 2)
+    odd = w.compare(w.im.rem(i, 2), w.im.const(1), "eq")
+    return w.select(odd, w.index_sub(last, half), half)
+
+
 def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware) -> KernelWriter:
     check_gpu_attention_tiles(tiles, problem, hardware)
     w = KernelWriter(group)
@@ -227,7 +244,7 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
         k_tile = w.alloc([bt, D + 1], f32, "shared", "k_tile")
         v_tile = w.alloc([bt, Dv], f32, "shared", "v_tile")
         p_tile = w.alloc([bq, bt + 1], f32, "shared", "p_tile")
-        q0 = im.mul(blocks[0], im.const(bq))
+        q0 = im.mul(causal_order(w, problem, blocks[0], grid[0], gpu=True), im.const(bq))
         bidx = problem.batch_index(blocks[1] if len(blocks) > 1 else im.const(0), im)
         end = kv_end(w, problem, im.add(q0, im.const(bq)))
         with w.parallel([threads], ["thread.x"], ["t"]) as (t,):
@@ -316,7 +333,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     with w.parallel([problem.batch_size * q_blocks], ["worker"], ["block"]) as (p,):
         zero, one = im.const(0), im.const(1)
         bidx = problem.batch_index(im.div(p, q_blocks), im)
-        q0 = im.mul(im.rem(p, q_blocks), im.const(bq))
+        q0 = im.mul(causal_order(w, problem, im.rem(p, q_blocks), q_blocks, gpu=False), im.const(bq))
         q_end = w.index_min(im.add(q0, im.const(bq)), im.const(S))
         rows = w.index_sub(q_end, q0)
         end = kv_end(w, problem, q_end)
