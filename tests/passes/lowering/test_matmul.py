@@ -136,6 +136,18 @@ def test_cpu_blocks_and_panels_that_overhang_the_matrix():
     assert worker.upper == [4]
 
 
+@TARGETS
+def test_a_constant_in_both_prologue_and_epilogue(hardware, tiles):
+    # One constant vector scales A's columns (inside the K loop) and is added
+    # to the result's columns (after it).
+    def body(b, a):
+        c = b.insert(T.ConstantOp.of(np.arange(1, 7, dtype=np.float32) / 4, t(6))).result
+        return [op(b, T.AddOp, matmul(b, op(b, T.MulOp, a[0], c), a[1]), c)]
+
+    module = group_module("matmul", [t(5, 6), t(6, 6)], body, tiles)
+    assert_lowering_matches(module, hardware)
+
+
 def test_an_epilogue_that_reduces_the_product_is_refused():
     module = group_module("matmul", [t(4, 4), t(4, 4)], lambda b, a: [op(b, T.ReduceSumOp, matmul(b, a[0], a[1]), axes=[1])])
     with pytest.raises(LoweringError, match="tensor.reduce_sum.*cannot consume the matmul result"):
