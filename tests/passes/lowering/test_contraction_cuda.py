@@ -2,7 +2,7 @@
 sm_90 without spills, within the register estimate the tiler and cost model
 use, and the CPU harness runs them to the reference's numbers.
 
-Needs the CUDA emitter and NVRTC (skipped without them); no GPU.
+Needs NVRTC and a host C++ compiler (skipped without them); no GPU.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.lowering.attention import AttentionProblem, attention_tiles, gpu_attention_resources
 from fusecc.passes.lowering.matmul import MatmulProblem, gpu_matmul_resources, gpu_matmul_tiles
+from fusecc.passes import cuda_level
+from fusecc.passes.emit_cuda import emit_cuda
+from fusecc.runtime.cuda import execute, resources
+from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
+from fusecc.runtime.cuda.nvrtc import NvrtcUnavailable
 from fusecc.runtime.reference import evaluate, random_input
-
-emit_cuda = pytest.importorskip("fusecc.passes.emit_cuda").emit_cuda
-cuda_level = pytest.importorskip("fusecc.passes.cuda_level")
-resources = pytest.importorskip("fusecc.runtime.cuda.resources")
 
 
 def t(*shape, element=f32):
@@ -64,7 +65,7 @@ def test_kernels_compile_without_spills_within_the_register_estimate(name):
     cuda = emit_cuda(lower_group(module, H200), f"{name}.ir")
     try:
         (usage,) = resources.resource_usage(cuda.text, f"{name}.cu", "sm_90").values()
-    except Exception as exc:  # NVRTC missing
+    except NvrtcUnavailable as exc:
         pytest.skip(f"NVRTC unavailable: {exc}")
     assert not usage.spills
     assert usage.registers <= 1.15 * estimate(module), f"ptxas uses {usage.registers} registers, the estimate says {estimate(module)}"
@@ -80,7 +81,6 @@ SMALL = {
 
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_kernels_compute_the_reference_on_the_cpu_harness(name, tmp_path_factory):
-    execute = pytest.importorskip("fusecc.runtime.cuda.execute")
     module = SMALL[name]()
     lowered = lower_group(module, H200)
     cuda = emit_cuda(lowered, f"{name}.ir")
@@ -90,10 +90,8 @@ def test_kernels_compute_the_reference_on_the_cpu_harness(name, tmp_path_factory
     cache.mkdir(exist_ok=True)
     try:
         got = execute.run_on_cpu(cuda_level.build_manifest(lowered, cuda, f"{name}.cu"), cuda.text, inputs, cache_dir=cache)
-    except Exception as exc:
-        if "compiler" in str(exc).lower() and "host" in str(exc).lower():
-            pytest.skip(f"no host compiler for the CPU harness: {exc}")
-        raise
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
     (expected,) = evaluate(module, "main", inputs)
     (out,) = got.values()
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)

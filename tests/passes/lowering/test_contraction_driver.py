@@ -4,9 +4,7 @@ and `plan-memory` on whole programs, both targets, against the reference."""
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("fusecc.passes.lowering.driver")  # the lowering driver's branch
-from harness import PROGRAM, TARGETS, check_lowering, parse  # noqa: E402
+from harness import PROGRAM, TARGETS, check_lowering, parse
 
 # Small tiles (the tile pass's options) so that the interpreter stays quick
 # and every shape overhangs its tiles.
