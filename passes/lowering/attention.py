@@ -48,16 +48,16 @@ from dataclasses import dataclass
 
 from fusecc.compiler.hardware import Hardware
 from fusecc.compiler.ir import Value
-from fusecc.compiler.types import broadcast_shapes, f32
+from fusecc.compiler.types import MemRefType, broadcast_shapes, f32
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
-from fusecc.dialects import loop
 from fusecc.dialects.loop import GPU_BLOCK
 
 from .epilogue import Epilogue
 from .interface import Launch, LoweredGroup, template
-from .kernel_writer import KernelWriter, ceil_div
-from .matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, pow2_at_least, tile_attribute
+from .kernel_builder import ceil_div, next_pow2
+from .kernel_writer import KernelWriter
+from .matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, tile_attribute
 from .scalar_emitter import IndexMath, LoweringError, broadcast_index
 
 
@@ -137,8 +137,8 @@ def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardwar
     set them, else ours: on a GPU 64 query rows × 64 keys with 4 threads per
     row (256 threads); on a CPU 16 rows × 64 keys (4 vectors of keys)."""
     if hardware.is_gpu:
-        bq = min(64, max(8, pow2_at_least(problem.s)))
-        bt = min(64, max(8, pow2_at_least(problem.t)))
+        bq = min(64, max(8, next_pow2(problem.s)))
+        bt = min(64, max(8, next_pow2(problem.t)))
         block = tile_attribute(group, "tile.block", [bq, bt])
         return AttentionTiles(block[0], block[1], tile_attribute(group, "tile.threads", block[0] * 4))
     block = tile_attribute(group, "tile.block", [16, 4 * hardware.warp_size])
@@ -173,7 +173,7 @@ def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, 
 def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     problem = AttentionProblem.of(group)
     tiles = attention_tiles(group, problem, hardware)
-    writer = lower_attention_gpu(group, problem, tiles, hardware) if hardware.is_gpu else lower_attention_cpu(group, problem, tiles)
+    writer = lower_attention_gpu(group, problem, tiles, hardware) if hardware.is_gpu else lower_attention_cpu(group, problem, tiles, hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 
 
@@ -191,21 +191,21 @@ class Scores:
         if problem.mask is not None:
             guard = w.all_of(q_ok, key_ok)
             score = w.s.add(score, w.value_at(problem.mask, problem.mask_index(self.bidx, q, key, w.im), guard))
-        visible = w.all_of(key_ok, w.compare(key, q, "le") if problem.causal else None)
+        visible = w.all_of(key_ok, w.cmp("le", key, q) if problem.causal else None)
         return w.select(visible, score, self.minus_inf)
 
     def safe_max(self, m: Value) -> Value:
         """The row maximum to subtract: 0 while the row has seen only -inf
         (fully masked so far), so that exp(-inf - m) is 0, never NaN."""
         w = self.w
-        return w.select(w.compare(m, self.minus_inf, "eq"), w.s.const(0.0), m)
+        return w.select(w.cmp("eq", m, self.minus_inf), w.s.const(0.0), m)
 
 
 def kv_end(w: KernelWriter, problem: AttentionProblem, q_end: Value) -> Value:
     """Keys to visit: all of them, or (causal) those up to the block's last row."""
     if not problem.causal:
         return w.im.const(problem.t)
-    return w.index_min(q_end, w.im.const(problem.t))
+    return w.min_index(q_end, problem.t)
 
 
 def causal_order(w: KernelWriter, problem: AttentionProblem, i: Value, count: int, gpu: bool) -> Value:
@@ -221,13 +221,13 @@ def causal_order(w: KernelWriter, problem: AttentionProblem, i: Value, count: in
     if gpu:
         return w.index_sub(last, i)
     half = w.im.div(i, 2)
-    odd = w.compare(w.im.rem(i, 2), w.im.const(1), "eq")
+    odd = w.cmp("eq", w.im.rem(i, 2), 1)
     return w.select(odd, w.index_sub(last, half), half)
 
 
 def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware) -> KernelWriter:
     check_gpu_attention_tiles(tiles, problem, hardware)
-    w = KernelWriter(group)
+    w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
     im, s = w.im, w.s
     bq, bt, threads, tpr = tiles.block_q, tiles.block_t, tiles.threads, tiles.threads_per_row
@@ -237,19 +237,19 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y")
 
-    with w.parallel(grid, GPU_BLOCK[: len(grid)], ["q_block", "batch"]) as blocks:
+    def block(q_block: Value, batch: Value | None = None) -> None:
         # Rows read by different threads of a warp at once (q, k, p) are
         # padded by one word, so that they fall into different banks.
-        q_tile = w.alloc([bq, D + 1], f32, "shared", "q_tile")
-        k_tile = w.alloc([bt, D + 1], f32, "shared", "k_tile")
-        v_tile = w.alloc([bt, Dv], f32, "shared", "v_tile")
-        p_tile = w.alloc([bq, bt + 1], f32, "shared", "p_tile")
-        q0 = im.mul(causal_order(w, problem, blocks[0], grid[0], gpu=True), im.const(bq))
-        bidx = problem.batch_index(blocks[1] if len(blocks) > 1 else im.const(0), im)
+        q_tile = w.alloc(MemRefType([bq, D + 1], f32, "shared"), "q_tile")
+        k_tile = w.alloc(MemRefType([bt, D + 1], f32, "shared"), "k_tile")
+        v_tile = w.alloc(MemRefType([bt, Dv], f32, "shared"), "v_tile")
+        p_tile = w.alloc(MemRefType([bq, bt + 1], f32, "shared"), "p_tile")
+        q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(bq))
+        bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
         end = kv_end(w, problem, im.add(q0, im.const(bq)))
-        with w.parallel([threads], ["thread.x"], ["t"]) as (t,):
-            row, lane = im.div(t, tpr), im.rem(t, tpr)
-            row.name_hint, lane.name_hint = "row", "lane"
+
+        def thread(t: Value) -> None:
+            row, lane = w.named(im.div(t, tpr), "row"), w.named(im.rem(t, tpr), "lane")
             q = im.add(q0, row)
             q_ok = w.below(q, S, S % bq != 0)
             scores = Scores(w, problem, bidx)
@@ -261,6 +261,7 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
             key_cols = [im.add(lane, im.const(u * tpr)) for u in range(scores_per_thread)]
             dv_cols = [im.add(lane, im.const(u * tpr)) for u in range(outputs_per_thread)]
             dv_ok = [w.below(c, Dv, (u + 1) * tpr > Dv) for u, c in enumerate(dv_cols)]
+
             def stage_kv(k0: Value) -> None:
                 for tile, operand, width, index_of in ((k_tile, problem.op.key, D, problem.k_index), (v_tile, problem.op.value, Dv, problem.v_index)):
                     for (j, c), inside in w.cooperative(t, threads, [bt, width]):
@@ -272,29 +273,27 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 # Across the TPR consecutive lanes of one query row.
                 offset = tpr // 2
                 while offset:
-                    x = combine(x, w.b.create(loop.ShuffleXorOp, [x], {"offset": offset}).result)
+                    x = combine(x, w.shuffle_xor(x, offset))
                     offset //= 2
                 return x
 
-            def kv_step(k0: Value, carried: list[Value]) -> list[Value]:
-                m, l, o = carried[0], carried[1], carried[2:]
+            def kv_step(k0: Value, m: Value, l: Value, *o: Value) -> list[Value]:
                 stage_kv(k0)
                 w.barrier()
 
-                def dot_step(d: Value, sums: list[Value]) -> list[Value]:
+                def dot_step(d: Value, *sums: Value) -> list[Value]:
                     qd = w.load(q_tile, [row, d])
                     return [s.add(sums[u], s.mul(qd, w.load(k_tile, [key_cols[u], d]))) for u in range(scores_per_thread)]
 
-                dots = w.for_(im.const(0), im.const(D), im.const(1), [s.const(0.0)] * scores_per_thread, dot_step, names=("d", "dot"))
+                dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * scores_per_thread, "d"), "dot")
                 keys = [im.add(k0, c) for c in key_cols]
                 tile_scores = [scores.finish(dots[u], q, keys[u], q_ok, w.below(keys[u], Tk, Tk % bt != 0)) for u in range(scores_per_thread)]
                 tile_max = tile_scores[0]
                 for x in tile_scores[1:]:
                     tile_max = s.max(tile_max, x)
-                m_new = s.max(m, row_reduce(tile_max, s.max))
+                m_new = w.named(s.max(m, row_reduce(tile_max, s.max)), "m_new")
                 base = scores.safe_max(m_new)
-                alpha = s.exp(s.sub(m, base))
-                m_new.name_hint, alpha.name_hint = "m_new", "alpha"
+                alpha = w.named(s.exp(s.sub(m, base)), "alpha")
                 p = [s.exp(s.sub(x, base)) for x in tile_scores]
                 row_sum = p[0]
                 for x in p[1:]:
@@ -304,25 +303,29 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     w.store(p[u], p_tile, [row, key_cols[u]])
                 w.barrier()
 
-                def pv_step(j: Value, acc: list[Value]) -> list[Value]:
+                def pv_step(j: Value, *acc: Value) -> list[Value]:
                     pj = w.load(p_tile, [row, j])
                     return [s.add(acc[u], s.mul(pj, w.load(v_tile, [j, dv_cols[u]], dv_ok[u]))) for u in range(outputs_per_thread)]
 
-                o = w.for_(im.const(0), im.const(bt), im.const(1), [s.mul(x, alpha) for x in o], pv_step, names=("j", "o"))
+                o = w.named_loop(w.for_(0, bt, 1, pv_step, [s.mul(x, alpha) for x in o], "j"), "o")
                 w.barrier()
                 return [m_new, l_new, *o]
 
             init = [scores.minus_inf, s.const(0.0)] + [s.const(0.0)] * outputs_per_thread
-            final = w.for_(im.const(0), end, im.const(bt), init, kv_step, names=("k0", ["m", "l"] + ["o"] * outputs_per_thread))
+            final = w.named_loop(w.for_(0, end, bt, kv_step, init, "k0"), "m", "l", *["o"] * outputs_per_thread)
             inverse = s.div(s.const(1.0), final[1])
             for u in range(outputs_per_thread):
                 out = s.mul(final[2 + u], inverse)
                 epilogue.emit(w.emitter, problem.out_index(bidx, q, dv_cols[u]), out, w.all_of(q_ok, dv_ok[u]))
+
+        w.parallel([threads], ["thread.x"], thread, ["t"])
+
+    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["q_block", "batch"])
     return w
 
 
-def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles) -> KernelWriter:
-    w = KernelWriter(group)
+def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware) -> KernelWriter:
+    w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
     im, s = w.im, w.s
     bq, bt = tiles.block_q, tiles.block_t
@@ -330,107 +333,107 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     q_blocks = ceil_div(S, bq)
 
-    with w.parallel([problem.batch_size * q_blocks], ["worker"], ["block"]) as (p,):
-        zero, one = im.const(0), im.const(1)
+    def worker(p: Value) -> None:
         bidx = problem.batch_index(im.div(p, q_blocks), im)
         q0 = im.mul(causal_order(w, problem, im.rem(p, q_blocks), q_blocks, gpu=False), im.const(bq))
-        q_end = w.index_min(im.add(q0, im.const(bq)), im.const(S))
+        q_end = w.min_index(im.add(q0, im.const(bq)), S)
         rows = w.index_sub(q_end, q0)
         end = kv_end(w, problem, q_end)
-        q_tile = w.alloc([bq, D], f32, "local", "q_tile")
-        k_tile = w.alloc([D, bt], f32, "local", "k_tile")
-        v_tile = w.alloc([bt, Dv], f32, "local", "v_tile")
-        p_tile = w.alloc([rr, bt], f32, "local", "p_tile")
-        m_rows = w.alloc([bq], f32, "local", "m")
-        l_rows = w.alloc([bq], f32, "local", "l")
-        o_rows = w.alloc([bq, Dv], f32, "local", "o")
+        q_tile = w.alloc(MemRefType([bq, D], f32, "local"), "q_tile")
+        k_tile = w.alloc(MemRefType([D, bt], f32, "local"), "k_tile")
+        v_tile = w.alloc(MemRefType([bt, Dv], f32, "local"), "v_tile")
+        p_tile = w.alloc(MemRefType([rr, bt], f32, "local"), "p_tile")
+        m_rows = w.alloc(MemRefType([bq], f32, "local"), "m")
+        l_rows = w.alloc(MemRefType([bq], f32, "local"), "l")
+        o_rows = w.alloc(MemRefType([bq, Dv], f32, "local"), "o")
         scores = Scores(w, problem, bidx)
 
-        def init_row(r: Value, _) -> list[Value]:
+        def init_row(r: Value) -> None:
             # Every row of the tile, rows past S as zeros: row groups may overhang.
             q = im.add(q0, r)
             q_ok = w.below(q, S, S % bq != 0)
             w.store(scores.minus_inf, m_rows, [r])
             w.store(s.const(0.0), l_rows, [r])
-            with w.parallel([Dv], ["vector"], ["c"]) as (c,):
-                w.store(s.const(0.0), o_rows, [r, c])
-            with w.parallel([D], ["vector"], ["d"]) as (d,):
-                w.store(w.value_at(problem.op.query, problem.q_index(bidx, q, d, im), q_ok), q_tile, [r, d])
-            return []
+            w.parallel([Dv], ["vector"], lambda c: w.store(s.const(0.0), o_rows, [r, c]), ["c"])
+            w.parallel([D], ["vector"], lambda d: w.store(w.value_at(problem.op.query, problem.q_index(bidx, q, d, im), q_ok), q_tile, [r, d]), ["d"])
 
-        w.for_(zero, im.const(bq), one, [], init_row, names=("row", ""))
+        w.for_(0, bq, 1, init_row, name="row")
 
-        def kv_step(k0: Value, _) -> list[Value]:
-            def pack_key(j: Value, _) -> list[Value]:
+        def kv_step(k0: Value) -> None:
+            def pack_key(j: Value) -> None:
                 key = im.add(k0, j)
                 key_ok = w.below(key, Tk, Tk % bt != 0)
-                with w.parallel([D], ["vector"], ["d"]) as (d,):
-                    w.store(w.value_at(problem.op.key, problem.k_index(bidx, key, d, im), key_ok), k_tile, [d, j])
-                with w.parallel([Dv], ["vector"], ["c"]) as (c,):
-                    w.store(w.value_at(problem.op.value, problem.v_index(bidx, key, c, im), key_ok), v_tile, [j, c])
-                return []
+                w.parallel([D], ["vector"], lambda d: w.store(w.value_at(problem.op.key, problem.k_index(bidx, key, d, im), key_ok), k_tile, [d, j]), ["d"])
+                w.parallel([Dv], ["vector"], lambda c: w.store(w.value_at(problem.op.value, problem.v_index(bidx, key, c, im), key_ok), v_tile, [j, c]), ["c"])
 
-            w.for_(zero, im.const(bt), one, [], pack_key, names=("j", ""))
-            w.for_(zero, rows, im.const(rr), [], lambda r0, _: update_rows(k0, r0), names=("r0", ""))
-            return []
+            w.for_(0, bt, 1, pack_key, name="j")
+            w.for_(0, rows, rr, lambda r0: update_rows(k0, r0), name="r0")
 
-        def update_rows(k0: Value, r0: Value) -> list[Value]:
+        def update_rows(k0: Value, r0: Value) -> None:
             """RR query rows against one key tile: scores, then the online softmax update."""
             r = [im.add(r0, im.const(i)) for i in range(rr)]
             q = [im.add(q0, x) for x in r]
             q_ok = [w.below(x, S, S % rr != 0) for x in q]
-            with w.parallel([bt], ["vector"], ["j"]) as (j,):
+
+            def score_column(j: Value) -> None:
                 # q·k for RR rows × BT keys: the d loop inside the vector loop
                 # over keys (the transposed key tile read contiguously), one
                 # accumulator per row.
-                def dot_step(d: Value, acc: list[Value]) -> list[Value]:
+                def dot_step(d: Value, *acc: Value) -> list[Value]:
                     k = w.load(k_tile, [d, j])
                     return [s.add(acc[i], s.mul(w.load(q_tile, [r[i], d]), k)) for i in range(rr)]
 
-                dots = w.for_(zero, im.const(D), one, [s.const(0.0)] * rr, dot_step, names=("d", "dot"))
+                dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * rr, "d"), "dot")
                 key = im.add(k0, j)
                 key_ok = w.below(key, Tk, Tk % bt != 0)
                 for i in range(rr):
-                    w.store(scores.finish(dots[i], q[i], key, q_ok[i], key_ok), p_tile, [im.const(i), j])
+                    w.store(scores.finish(dots[i], q[i], key, q_ok[i], key_ok), p_tile, [i, j])
+
+            w.parallel([bt], ["vector"], score_column, ["j"])
             bases, alphas = [], []
             for i in range(rr):
-                row = im.const(i)
-                tile_max = w.for_(zero, im.const(bt), one, [scores.minus_inf], lambda j, acc: [s.max(acc[0], w.load(p_tile, [row, j]))])[0]
+                tile_max = w.for_(0, bt, 1, lambda j, acc, i=i: [s.max(acc, w.load(p_tile, [i, j]))], [scores.minus_inf])[0]
                 m_old = w.load(m_rows, [r[i]])
-                m_new = s.max(m_old, tile_max)
+                m_new = w.named(s.max(m_old, tile_max), "m_new")
                 bases.append(scores.safe_max(m_new))
-                alphas.append(s.exp(s.sub(m_old, bases[i])))
-                m_new.name_hint, alphas[i].name_hint = "m_new", "alpha"
+                alphas.append(w.named(s.exp(s.sub(m_old, bases[i])), "alpha"))
                 w.store(m_new, m_rows, [r[i]])
-            with w.parallel([bt], ["vector"], ["j"]) as (j,):
+
+            def exponentiate(j: Value) -> None:
                 for i in range(rr):
-                    at = [im.const(i), j]
-                    w.store(s.exp(s.sub(w.load(p_tile, at), bases[i])), p_tile, at)
+                    w.store(s.exp(s.sub(w.load(p_tile, [i, j]), bases[i])), p_tile, [i, j])
+
+            w.parallel([bt], ["vector"], exponentiate, ["j"])
             for i in range(rr):
-                row = im.const(i)
-                row_sum = w.for_(zero, im.const(bt), one, [s.const(0.0)], lambda j, acc: [s.add(acc[0], w.load(p_tile, [row, j]))])[0]
+                row_sum = w.for_(0, bt, 1, lambda j, acc, i=i: [s.add(acc, w.load(p_tile, [i, j]))], [s.const(0.0)])[0]
                 w.store(s.add(s.mul(w.load(l_rows, [r[i]]), alphas[i]), row_sum), l_rows, [r[i]])
-            with w.parallel([Dv], ["vector"], ["c"]) as (c,):
+
+            def output_column(c: Value) -> None:
                 # o = o·alpha + p·V for RR rows: the key loop inside the vector
                 # loop over columns, one accumulator per row.
-                def pv_step(j: Value, acc: list[Value]) -> list[Value]:
+                def pv_step(j: Value, *acc: Value) -> list[Value]:
                     v = w.load(v_tile, [j, c])
-                    return [s.add(acc[i], s.mul(w.load(p_tile, [im.const(i), j]), v)) for i in range(rr)]
+                    return [s.add(acc[i], s.mul(w.load(p_tile, [i, j]), v)) for i in range(rr)]
 
                 rescaled = [s.mul(w.load(o_rows, [r[i], c]), alphas[i]) for i in range(rr)]
-                o = w.for_(zero, im.const(bt), one, rescaled, pv_step, names=("j", "o"))
+                o = w.named_loop(w.for_(0, bt, 1, pv_step, rescaled, "j"), "o")
                 for i in range(rr):
                     w.store(o[i], o_rows, [r[i], c])
-            return []
 
-        w.for_(zero, end, im.const(bt), [], kv_step, names=("k0", ""))
+            w.parallel([Dv], ["vector"], output_column, ["c"])
 
-        def store_row(r: Value, _) -> list[Value]:
+        w.for_(0, end, bt, kv_step, name="k0")
+
+        def store_row(r: Value) -> None:
             inverse = s.div(s.const(1.0), w.load(l_rows, [r]))
-            with w.parallel([Dv], ["vector"], ["c"]) as (c,):
+
+            def column(c: Value) -> None:
                 out = s.mul(w.load(o_rows, [r, c]), inverse)
                 epilogue.emit(w.emitter, problem.out_index(bidx, im.add(q0, r), c), out)
-            return []
 
-        w.for_(zero, rows, one, [], store_row, names=("row", ""))
+            w.parallel([Dv], ["vector"], column, ["c"])
+
+        w.for_(0, rows, 1, store_row, name="row")
+
+    w.outer([problem.batch_size * q_blocks], ["worker"], worker, ["block"])
     return w

@@ -1,33 +1,33 @@
-"""Structured building of kernel bodies, shared by the tiled templates.
+"""Writing the kernel of one contraction group (matmul, attention).
 
-`KernelWriter` holds one kernel being written for one fusion group: the
-builder, index arithmetic, a guarded scalar emitter over the group's input
-buffers, and helpers that build the `loop` dialect's structured ops from
-Python callbacks (`parallel`, `for_`, `if_`), cooperative copies of a tile
-by all threads of a block, and boundary guards that are only emitted where
-a tile does not divide its extent.
+`KernelWriter` is a `KernelBuilder` (loops from callbacks, hoisted
+constants, buffers, barriers) for a kernel whose arguments are its group's
+inputs then outputs, with what tiled templates add:
+
+  * `value_at`: a group value at an index through a *guarded* scalar
+    emitter, so that a tile overhanging a tensor's edge never reads out of
+    bounds and its padding is exactly 0 (it must add nothing to a sum);
+  * `cooperative`: the points of a tile each thread of a block stages;
+  * guards that exist only where a tile does not divide its extent.
 """
 
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from fusecc.compiler import attributes as A
-from fusecc.compiler.builder import Builder, InsertionPoint
-from fusecc.compiler.ir import Block, Value
-from fusecc.compiler.types import MemRefType, ScalarType, TensorType, f32
+from fusecc.compiler.builder import Builder
+from fusecc.compiler.hardware import Hardware
+from fusecc.compiler.ir import Value
+from fusecc.compiler.types import f32
 from fusecc.dialects import arith, loop
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
 from .interface import group_io_kernel, input_buffers, output_buffers
+from .kernel_builder import KernelBuilder, ceil_div, prune
 from .scalar_emitter import Index, IndexMath, ScalarEmitter
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class GuardedEmitter(ScalarEmitter):
@@ -35,8 +35,7 @@ class GuardedEmitter(ScalarEmitter):
 
     Inside `guarded(g)`, every load of a group input (or constant) is
     `loop.load ..., g`: a guarded-off load reads 0 instead of touching
-    memory, so a tile that overhangs a tensor's edge never reads out of
-    bounds. Values are memoised per guard, so a value loaded under one guard
+    memory. Values are memoised per guard, so a value loaded under one guard
     is never reused under another.
     """
 
@@ -76,121 +75,61 @@ def reads_only_memory(value: Value) -> bool:
     return False
 
 
-class KernelWriter:
-    """One kernel for one fusion group, written top-down."""
+class KernelWriter(KernelBuilder):
+    """The kernel of one group: arguments are its inputs, then its outputs."""
 
-    def __init__(self, group: GroupOp, name: str | None = None):
+    def __init__(self, group: GroupOp, hardware: Hardware, name: str | None = None):
+        kernel, self.arg_refs = group_io_kernel(group, name)
+        super().__init__(kernel, hardware)
         self.group = group
-        self.kernel, self.arg_refs = group_io_kernel(group, name)
-        self.b = Builder(InsertionPoint.at_end(self.kernel.body), group.location)
-        self.im = IndexMath(self.b)
-        self.emitter = GuardedEmitter(self.b, input_buffers(group, self.kernel), self.im)
-        self.s = self.emitter.s
-        self.outputs = output_buffers(group, self.kernel)
+        self.emitter = GuardedEmitter(self.b, input_buffers(group, kernel), self.im)
+        self.emitter.s = self.s
+        self.outputs = output_buffers(group, kernel)
+
+    def outer(self, upper: Sequence[int], mapping: Sequence[str], body, names: Sequence[str] = ()) -> None:
+        """The kernel's outer loop (the grid, or the workers): `alloc` puts
+        shared (and CPU-local) buffers at the top of its body."""
+
+        def enter(*ivs: Value) -> None:
+            self._outer_body = self.b.insertion_point.block
+            body(*ivs)
+
+        self.parallel(upper, mapping, enter, names)
 
     def finish(self) -> loop.KernelOp:
         self.b.create(loop.ReturnOp)
+        prune(self.kernel)
         return self.kernel
 
-    # --- structure -------------------------------------------------------------
-    @contextmanager
-    def inside(self, block: Block) -> Iterator[None]:
-        saved = self.b.insertion_point
-        self.b.set_insertion_point(InsertionPoint.at_end(block))
-        try:
-            yield
-        finally:
-            self.b.set_insertion_point(saved)
+    def store(self, value: Value, buffer: Value, idx: Sequence, guard: Value | None = None) -> None:
+        """A store, converting to the buffer's element type (f32 -> f16...)."""
+        self.emitter.store(value, buffer, [self.index(i) for i in idx], guard)
 
-    @contextmanager
-    def parallel(self, upper: Sequence[int], mapping: Sequence[str], names: Sequence[str] = ()) -> Iterator[list[Value]]:
-        """`with w.parallel([n], ["worker"]) as (i,):` — the body goes inside."""
-        op = self.b.insert(loop.ParallelOp.build(list(upper), list(mapping)))
-        for arg, name in zip(op.induction_vars, names):
-            arg.name_hint = name
-        with self.inside(op.body):
-            yield list(op.induction_vars)
-            self.b.create(loop.YieldOp)
+    def named_loop(self, results: list[Value], *names: str) -> list[Value]:
+        """Name a `for_`'s carried values (one name each, or one for all)."""
+        op = results[0].defining_op if results else None
+        if op is not None:
+            hints = list(names) if len(names) == len(results) else [names[0]] * len(results)
+            for values in (op.body.args[1:], op.results):
+                for value, hint in zip(values, hints):
+                    value.name_hint = hint
+        return results
 
-    def for_(
-        self,
-        lower: Value,
-        upper: Value,
-        step: Value,
-        inits: Sequence[Value],
-        body: Callable[[Value, list[Value]], Sequence[Value]],
-        unroll: int | None = None,
-        names: tuple[str, str | Sequence[str]] | None = None,
-    ) -> list[Value]:
-        """A `loop.for` whose body is `body(iv, carried) -> next carried`;
-        `names` hints the induction variable's name and the carried values'
-        (one name for all, or one each)."""
-        op = self.b.insert(loop.ForOp.build(lower, upper, step, list(inits)))
-        if names is not None:
-            op.induction_var.name_hint = names[0]
-            carried = [names[1]] * len(inits) if isinstance(names[1], str) else list(names[1])
-            for values in (op.iter_args, op.results):
-                for value, name in zip(values, carried):
-                    value.name_hint = name or None
-        if unroll is not None:
-            op.attributes["unroll"] = A.IntegerAttr(unroll)
-        with self.inside(op.body):
-            carried = body(op.induction_var, list(op.iter_args))
-            self.b.create(loop.YieldOp, list(carried))
-        return list(op.results)
-
-    def if_(self, condition: Value, result_types: Sequence[ScalarType], then: Callable[[], Sequence[Value]], otherwise: Callable[[], Sequence[Value]]) -> list[Value]:
-        op = self.b.insert(loop.IfOp.build(condition, list(result_types)))
-        for block, branch in ((op.then_block, then), (op.else_block, otherwise)):
-            with self.inside(block):
-                self.b.create(loop.YieldOp, list(branch()))
-        return list(op.results)
-
-    def alloc(self, shape: Sequence[int], element: ScalarType, space: str, name: str) -> Value:
-        value = self.b.create(loop.AllocOp, [], result_types=[MemRefType(shape, element, space)]).result
-        value.name_hint = name
-        return value
-
-    def barrier(self) -> None:
-        self.b.create(loop.BarrierOp)
-
-    def load(self, buffer: Value, idx: Index, guard: Value | None = None) -> Value:
-        operands = [buffer, *idx] + ([guard] if guard is not None else [])
-        return self.b.create(loop.LoadOp, operands, result_types=[buffer.type.element_type]).result
-
-    def store(self, value: Value, buffer: Value, idx: Index, guard: Value | None = None) -> None:
-        self.emitter.store(value, buffer, idx, guard)
-
-    # --- index arithmetic beyond IndexMath ----------------------------------------
-    def index_min(self, a: Value, b: Value) -> Value:
-        ka, kb = self.im.value_of(a), self.im.value_of(b)
-        if ka is not None and kb is not None:
-            return self.im.const(min(ka, kb))
-        return self.b.create(arith.MinOp, [a, b]).result
-
+    # --- index arithmetic and guards ---------------------------------------------
     def index_sub(self, a: Value, b: Value) -> Value:
         ka, kb = self.im.value_of(a), self.im.value_of(b)
         if ka is not None and kb is not None:
             return self.im.const(ka - kb)
-        if kb == 0:
-            return a
-        return self.b.create(arith.SubOp, [a, b]).result
+        return a if kb == 0 else self.b.create(arith.SubOp, [a, b]).result
 
-    # --- guards ------------------------------------------------------------------
     def below(self, i: Value, bound: int, needed: bool = True) -> Value | None:
         """`i < bound`, or None (always true) when the caller knows it holds."""
         return self.im.less_than(i, bound) if needed else None
 
-    def compare(self, a: Value, b: Value, predicate: str) -> Value:
-        return self.b.create(arith.CmpOp, [a, b], {"predicate": predicate}).result
-
     def all_of(self, *conditions: Value | None) -> Value | None:
-        present = [c for c in conditions if c is not None]
-        if not present:
-            return None
-        result = present[0]
-        for c in present[1:]:
-            result = self.b.create(arith.AndOp, [result, c]).result
+        result = None
+        for c in conditions:
+            result = self.both(result, c)
         return result
 
     def select(self, condition: Value | None, value: Value, otherwise: Value) -> Value:
@@ -198,10 +137,9 @@ class KernelWriter:
             return value
         return self.b.create(arith.SelectOp, [condition, value, otherwise]).result
 
-    # --- group values --------------------------------------------------------------
+    # --- group values and tiles ----------------------------------------------------
     def value_at(self, value: Value, idx: Index, guard: Value | None = None) -> Value:
-        """`value[idx]` computed from the group's inputs; 0 where `guard` is false
-        (so padding contributes nothing to a sum)."""
+        """`value[idx]` computed from the group's inputs; 0 where `guard` is false."""
         with self.emitter.guarded(guard):
             scalar = self.emitter.at(value, idx)
         if guard is not None and not reads_only_memory(value):
@@ -233,11 +171,5 @@ class KernelWriter:
         points = []
         for k in range(rounds):
             flat = im.add(thread, im.const(k * threads))
-            inside = self.below(flat, total, needed=(k + 1) * threads > total)
-            points.append((im.delinearize(flat, shape), inside))
+            points.append((im.delinearize(flat, shape), self.below(flat, total, (k + 1) * threads > total)))
         return points
-
-def compute_type(t: TensorType | ScalarType) -> ScalarType:
-    """The scalar type a tensor's elements are computed in (f32 for floats)."""
-    element = t.element_type if isinstance(t, TensorType) else t
-    return f32 if element.is_float else element

@@ -45,14 +45,15 @@ from dataclasses import dataclass
 
 from fusecc.compiler.hardware import Hardware
 from fusecc.compiler.ir import Value
-from fusecc.compiler.types import ScalarType, broadcast_shapes
+from fusecc.compiler.types import MemRefType, ScalarType, broadcast_shapes
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
 from .epilogue import Epilogue
 from .interface import Launch, LoweredGroup, template
-from .kernel_writer import KernelWriter, ceil_div, compute_type
+from .kernel_builder import ceil_div, compute_type, next_pow2
+from .kernel_writer import KernelWriter
 from .scalar_emitter import IndexMath, LoweringError, broadcast_index
 
 
@@ -103,7 +104,7 @@ class MatmulProblem:
 
     @property
     def accumulator(self) -> ScalarType:
-        return compute_type(self.result.type)
+        return compute_type(self.result.type.element_type)
 
     def batch_index(self, flat: Value, im: IndexMath) -> list[Value]:
         return im.delinearize(flat, self.batch) if self.batch else []
@@ -177,10 +178,6 @@ class KernelResources:
 BASE_REGISTERS = 32
 
 
-def pow2_at_least(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
-
-
 def tile_attribute(group: GroupOp, name: str, default):
     """A tile choice the tiler put on the group (`tile.block`, `tile.k`,
     `tile.threads`; see tiling.py), or the template's own default."""
@@ -195,7 +192,7 @@ def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware)
     if problem.m >= 2048 and problem.n >= 2048:
         bm, bn, bk = 128, 128, 8
     else:
-        bm, bn, bk = (min(64, max(16, pow2_at_least(x))) for x in (problem.m, problem.n, 16))
+        bm, bn, bk = (min(64, max(16, next_pow2(x))) for x in (problem.m, problem.n, 16))
     block = tile_attribute(group, "tile.block", [bm, bn])
     threads = tile_attribute(group, "tile.threads", max(hardware.warp_size, min(256, block[0] * block[1] // 16)))
     return GpuMatmulTiles(block[0], block[1], tile_attribute(group, "tile.k", bk), threads)
@@ -258,13 +255,13 @@ def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     if hardware.is_gpu:
         writer = lower_matmul_gpu(group, problem, gpu_matmul_tiles(group, problem, hardware), hardware)
     else:
-        writer = lower_matmul_cpu(group, problem, cpu_matmul_tiles(group, problem, hardware))
+        writer = lower_matmul_cpu(group, problem, cpu_matmul_tiles(group, problem, hardware), hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 
 
 def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTiles, hardware: Hardware) -> KernelWriter:
     check_gpu_tiles(tiles, problem.result.type.element_type, hardware)
-    w = KernelWriter(group)
+    w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
     im, s = w.im, w.s
     bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
@@ -276,15 +273,14 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z; use larger tiles")
 
-    with w.parallel(grid, GPU_BLOCK[: len(grid)], ["col_block", "row_block", "batch"]) as blocks:
-        a_tile = w.alloc([bk, bm], acc_type, "shared", "a_tile")
-        b_tile = w.alloc([bk, bn], acc_type, "shared", "b_tile")
-        row0 = im.mul(blocks[1], im.const(bm))
-        col0 = im.mul(blocks[0], im.const(bn))
-        bidx = problem.batch_index(blocks[2] if len(blocks) > 2 else im.const(0), im)
-        with w.parallel([tiles.threads], ["thread.x"], ["t"]) as (t,):
-            tx = im.rem(t, cols_per_row)
-            ty = im.div(t, cols_per_row)
+    def block(col_block: Value, row_block: Value, batch: Value | None = None) -> None:
+        a_tile = w.alloc(MemRefType([bk, bm], acc_type, "shared"), "a_tile")
+        b_tile = w.alloc(MemRefType([bk, bn], acc_type, "shared"), "b_tile")
+        row0, col0 = im.mul(row_block, im.const(bm)), im.mul(col_block, im.const(bn))
+        bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
+
+        def thread(t: Value) -> None:
+            tx, ty = im.rem(t, cols_per_row), im.div(t, cols_per_row)
 
             def stage(tile: Value, operand: Value, is_rhs: bool, k0: Value) -> None:
                 # This thread's share of a BK-deep operand tile, spread over the
@@ -300,21 +296,20 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
                     idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
                     w.store(w.value_at(operand, idx, guard), tile, [c, r], inside)
 
-            def multiply(kk: Value, acc: list[Value]) -> list[Value]:
+            def multiply(kk: Value, *acc: Value) -> list[Value]:
                 a = [w.load(a_tile, [kk, im.add(ty, im.const(i * rows_per_col))]) for i in range(tm)]
                 b = [w.load(b_tile, [kk, im.add(tx, im.const(j * cols_per_row))]) for j in range(tn)]
                 return [s.add(acc[i * tn + j], s.mul(a[i], b[j])) for i in range(tm) for j in range(tn)]
 
-            def k_step(k0: Value, acc: list[Value]) -> list[Value]:
+            def k_step(k0: Value, *acc: Value) -> list[Value]:
                 stage(a_tile, problem.lhs, False, k0)
                 stage(b_tile, problem.rhs, True, k0)
                 w.barrier()
-                acc = w.for_(im.const(0), im.const(bk), im.const(1), acc, multiply, unroll=bk, names=("kk", "acc"))
+                acc = w.named_loop(w.for_(0, bk, 1, multiply, acc, "kk", unroll=bk), "acc")
                 w.barrier()
                 return acc
 
-            zero = s.const(0, acc_type)
-            acc = w.for_(im.const(0), im.const(K), im.const(bk), [zero] * (tm * tn), k_step, names=("k0", "acc"))
+            acc = w.named_loop(w.for_(0, K, bk, k_step, [s.const(0, acc_type)] * (tm * tn), "k0"), "acc")
             rows = [im.add(row0, im.add(ty, im.const(i * rows_per_col))) for i in range(tm)]
             cols = [im.add(col0, im.add(tx, im.const(j * cols_per_row))) for j in range(tn)]
             row_ok = [w.below(m, M, M % bm != 0) for m in rows]
@@ -322,26 +317,30 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
             for i, m in enumerate(rows):
                 for j, n in enumerate(cols):
                     epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
+
+        w.parallel([tiles.threads], ["thread.x"], thread, ["t"])
+
+    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch"])
     return w
 
 
-def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles) -> KernelWriter:
+def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles, hardware: Hardware) -> KernelWriter:
     mc, nc, mr, nr = tiles.block_m, tiles.block_n, tiles.micro_m, tiles.micro_n
     if mc % mr or nc % nr:
         raise LoweringError(f"the {mc}x{nc} output block is not a multiple of the {mr}x{nr} register block")
-    w = KernelWriter(group)
+    w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
     im, s = w.im, w.s
     M, N, K = problem.m, problem.n, problem.k
     acc_type = problem.accumulator
     row_blocks, col_blocks = ceil_div(M, mc), ceil_div(N, nc)
 
-    with w.parallel([problem.batch_size * row_blocks * col_blocks], ["worker"], ["block"]) as (p,):
+    def worker(p: Value) -> None:
         batch_flat, row_block, col_block = im.delinearize(p, [problem.batch_size, row_blocks, col_blocks])
         bidx = problem.batch_index(batch_flat, im)
         row0, col0 = im.mul(row_block, im.const(mc)), im.mul(col_block, im.const(nc))
-        row_end = w.index_min(im.add(row0, im.const(mc)), im.const(M))
-        col_end = w.index_min(im.add(col0, im.const(nc)), im.const(N))
+        row_end = w.min_index(im.add(row0, im.const(mc)), M)
+        col_end = w.min_index(im.add(col0, im.const(nc)), N)
 
         def register_tile(m0: Value, n0: Value) -> None:
             # The MR×NR tile at (m0, n0): a vector loop over its NR columns
@@ -349,25 +348,29 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
             # a vector register row once the vector loop is widened).
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
             row_ok = [w.below(m, M, M % mr != 0) for m in rows]
-            with w.parallel([nr], ["vector"], ["j"]) as (j,):
+
+            def column(j: Value) -> None:
                 n = im.add(n0, j)
                 col_ok = w.below(n, N, N % nr != 0)
 
-                def k_step(k: Value, acc: list[Value]) -> list[Value]:
+                def k_step(k: Value, *acc: Value) -> list[Value]:
                     b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), col_ok)
                     a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
                     return [s.add(acc[i], s.mul(a[i], b)) for i in range(mr)]
 
-                acc = w.for_(im.const(0), im.const(K), im.const(1), [s.const(0, acc_type)] * mr, k_step, names=("k", "acc"))
+                acc = w.named_loop(w.for_(0, K, 1, k_step, [s.const(0, acc_type)] * mr, "k"), "acc")
                 for i in range(mr):
                     epilogue.emit(w.emitter, problem.result_index(bidx, rows[i], n), acc[i], w.all_of(row_ok[i], col_ok))
+
+            w.parallel([nr], ["vector"], column, ["j"])
 
         # Column panels outside, register tiles down the block's rows inside:
         # a K×NR panel of B stays in cache for all of them, and the block's
         # MC×K rows of A for all its panels.
-        def column_panel(n0: Value, _) -> list[Value]:
-            w.for_(row0, row_end, im.const(mr), [], lambda m0, _: register_tile(m0, n0) or [], names=("m0", ""))
-            return []
+        def column_panel(n0: Value) -> None:
+            w.for_(row0, row_end, mr, lambda m0: register_tile(m0, n0), name="m0")
 
-        w.for_(col0, col_end, im.const(nr), [], column_panel, names=("n0", ""))
+        w.for_(col0, col_end, nr, column_panel, name="n0")
+
+    w.outer([problem.batch_size * row_blocks * col_blocks], ["worker"], worker, ["block"])
     return w
