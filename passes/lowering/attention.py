@@ -157,7 +157,7 @@ def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) ->
 
 def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, hardware: Hardware) -> KernelResources:
     tpr = tiles.threads_per_row
-    if tiles.threads % tiles.block_q or tpr & (tpr - 1) or tpr > hardware.warp_size:
+    if tiles.threads % tiles.block_q or tpr < 1 or tpr & (tpr - 1) or tpr > hardware.warp_size:
         raise LoweringError(f"attention needs a power-of-two number of threads per query row, at most a warp; {tiles.threads} threads for {tiles.block_q} rows give {tiles.threads / tiles.block_q}")
     if tiles.block_t % tpr:
         raise LoweringError(f"the key tile {tiles.block_t} is not a multiple of the {tpr} threads per query row")

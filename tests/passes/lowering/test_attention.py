@@ -129,8 +129,9 @@ def test_default_gpu_tiles_fit_the_h200():
     assert problem.scale == pytest.approx(1 / math.sqrt(64))
 
 
-def test_threads_that_do_not_split_rows_evenly_are_refused():
-    module = group_module("attention", [t(16, 8)] * 3, lambda b, a: [attention(b, *a)], {"tile.block": [4, 4], "tile.threads": 12})
+@pytest.mark.parametrize("threads", [12, 2], ids=["uneven", "fewer-than-rows"])
+def test_threads_that_do_not_split_rows_evenly_are_refused(threads):
+    module = group_module("attention", [t(16, 8)] * 3, lambda b, a: [attention(b, *a)], {"tile.block": [4, 4], "tile.threads": threads})
     with pytest.raises(LoweringError, match="power-of-two number of threads per query row"):
         lower_group(module, H200)
 
