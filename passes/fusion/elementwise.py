@@ -55,6 +55,7 @@ def plan_elementwise(partition: Partition) -> None:
         if flag(op, FORBID):
             continue
         partition.grow(cluster, admit, quick=lambda c, user: no_recompute(partition, c, user))
+        partition.absorb_producers(cluster, admit)
     _share_producers(partition)
 
 

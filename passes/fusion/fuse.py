@@ -102,7 +102,7 @@ from fusecc.dialects.fusion import GroupOp
 from .attention import plan_attention, raise_attention
 from .elementwise import plan_elementwise
 from .horizontal import plan_horizontal
-from .matmul import plan_matmul
+from .matmul import merge_prologues, plan_matmul
 from .partition import FusionLog, Partition, flatten_groups, materialize, value_names
 from .reduction import plan_reductions
 from .siblings import merge_sibling_matmuls
@@ -139,6 +139,8 @@ def fuse_function(func: Operation, hw: Hardware, enabled: set[str], group_everyt
         plan_reductions(partition)
     if "elementwise" in enabled:
         plan_elementwise(partition)
+    if "matmul" in enabled:
+        merge_prologues(partition)
     if "horizontal" in enabled:
         plan_horizontal(partition)
     return materialize(partition, group_everything, first_id), log

@@ -44,11 +44,48 @@ def admit_prologue(cluster: Cluster, op: Operation) -> str | None:
     return None
 
 
+def admit_layout_prologue(cluster: Cluster, op: Operation) -> str | None:
+    if not op.has_trait(Injective):
+        return f"{op.name} is left for elementwise fusion first"
+    return admit_prologue(cluster, op)
+
+
 def plan_matmul(partition: Partition) -> None:
+    """Matmul clusters with their epilogues and layout prologues. Elementwise
+    prologues are settled by `merge_prologues` after elementwise fusion, so
+    that a chain feeding a matmul first gets the chance to fuse whole (an
+    rmsnorm's scaling, a gated activation) rather than be cut in two."""
     for op in partition.ops():
         if not op.has_trait(Contraction) or not partition.free(op):
             continue
         cluster = partition.new_cluster([op], "matmul")
-        partition.absorb_producers(cluster, admit_prologue)
+        partition.absorb_producers(cluster, admit_layout_prologue)
         partition.grow(cluster, admit_epilogue, quick=lambda c, user: True)
-        partition.absorb_producers(cluster, admit_prologue)  # side inputs of the epilogue
+        partition.absorb_producers(cluster, admit_layout_prologue)  # side inputs of the epilogue
+
+
+def merge_prologues(partition: Partition) -> None:
+    """Cheap elementwise producers read only by a matmul group join it as its
+    prologue: free ops one by one, and whole elementwise clusters."""
+    for cluster in [c for c in partition.clusters if c.kind == "matmul" and not c.fixed]:
+        partition.absorb_producers(cluster, admit_prologue)
+        producers: dict[Cluster, None] = {}
+        for op in cluster.ops:
+            for v in op.operands:
+                owner = partition.cluster_of.get(v.defining_op)
+                if owner is not None and owner is not cluster and owner.kind in ("elementwise", "injective") and not owner.fixed:
+                    producers[owner] = None
+        for producer in producers:
+            if producer.dead or cluster.dead:
+                continue
+            ops = partition.sorted_ops(producer)
+            if any(u not in cluster.ops for u in partition.users_outside(ops, set(ops))):
+                continue
+            if any(admit_prologue(cluster, op) is not None for op in ops):
+                partner = next(u for u in partition.users_outside(ops, set(ops)))
+                reason = next(admit_prologue(cluster, op) for op in ops if admit_prologue(cluster, op) is not None)
+                partition.log.refuse(ops[-1], partner, reason)
+                continue
+            partner = partition.users_outside(ops, set(ops))[0]
+            if partition.merge(cluster, producer, partner):
+                pass

@@ -310,6 +310,25 @@ class Partition:
         cluster._cost = merged
         return True
 
+    def merge(self, cluster: Cluster, other: Cluster, partner: Operation | None) -> bool:
+        """Merge the whole of `other` into `cluster` if the cost model agrees
+        (the caller has checked that the merge is legal)."""
+        ops = self.sorted_ops(other)
+        if any(flag(op, FORBID) for op in (*ops, *cluster.ops)):
+            blocker = next(op for op in (*ops, *cluster.ops) if flag(op, FORBID))
+            self.log.refuse(ops[-1], partner, f"fusion.forbid is set on {self.log.name(blocker)}")
+            return False
+        forced = any(flag(op, FORCE) for op in ops) or (partner is not None and flag(partner, FORCE))
+        merged = cm.estimate_ops(sorted([*cluster.ops, *ops], key=self.position.__getitem__), self.hardware, cluster.kind)
+        decision = cm.decide([self.cost(cluster), self.cost(other)], merged, self.hardware, forced)
+        if not decision.fuse:
+            self.log.refuse(ops[-1], partner, decision.reason)
+            return False
+        self.remove(other)
+        self.add(cluster, ops)
+        cluster._cost = merged
+        return True
+
     def _quick_fits(self, cluster: Cluster, ops: list[Operation]) -> bool:
         """Cheap upper bounds well inside every limit: no full estimate needed."""
         hw = self.hardware
