@@ -128,7 +128,7 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine) -> dic
 
 def _ratio(before: float, after: float, better: str) -> str:
     if after <= 0:
-        return ""
+        return "all gone" if before > 0 else ""
     ratio = before / after
     return f"{ratio:.1f}x {better}" if ratio >= 1 else f"{1 / ratio:.1f}x worse"
 

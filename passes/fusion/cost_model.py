@@ -157,7 +157,20 @@ def words(value: Value) -> int:
 
 def is_splat_constant(value: Value) -> bool:
     op = value.defining_op
-    return op is not None and op.has_trait(ConstantLike) and op.attr("value").is_splat
+    return op is not None and op.has_trait(ConstantLike) and _is_splat(op.attributes["value"])
+
+
+_SPLATS: dict[int, tuple[object, bool]] = {}
+
+
+def _is_splat(attribute) -> bool:
+    """`attribute.is_splat`, memoised by identity (it scans the array)."""
+    found = _SPLATS.get(id(attribute))
+    if found is None or found[0] is not attribute:
+        if len(_SPLATS) > 4096:
+            _SPLATS.clear()
+        found = _SPLATS[id(attribute)] = (attribute, attribute.is_splat)
+    return found[1]
 
 
 def is_free_input(value: Value) -> bool:
@@ -287,7 +300,12 @@ class _Body:
     def __init__(self, ops: Sequence[Operation], inputs: Sequence[Value], outputs: Sequence[Value], free: set[Value] = frozenset()):
         self.ops = [op for op in ops if not op.has_trait(ConstantLike)]
         self.members = set(self.ops)
-        self.inputs = [v for v in inputs if v not in free and not is_free_input(v)]
+        self.free = set(free)  # values read at no cost: splat constants
+        for op in self.ops:
+            for v in op.operands:
+                if v.defining_op not in self.members and is_free_input(v):
+                    self.free.add(v)
+        self.inputs = [v for v in inputs if v not in self.free]
         self.outputs = list(outputs)
         self.output_set = set(outputs)
 
@@ -376,10 +394,11 @@ def _peak_live_words(body: _Body) -> int:
         for v in op.operands:
             last_use[v] = index
     live = peak = 0
-    loaded: set[Value] = set()
+    free = body.free
+    loaded: set[Value] = set(free)
     for index, op in enumerate(body.ops):
         for v in op.operands:
-            if v not in loaded and v.defining_op not in body.members and not is_free_input(v):
+            if v not in loaded and v.defining_op not in body.members:
                 loaded.add(v)
                 live += words(v)
         out = sum(words(r) for r in op.results)
@@ -388,7 +407,7 @@ def _peak_live_words(body: _Body) -> int:
             if r in last_use:
                 live += words(r)
         for v in set(op.operands):
-            if last_use.get(v) == index and not is_free_input(v):
+            if last_use.get(v) == index and v not in free:
                 live -= words(v)
     return peak
 

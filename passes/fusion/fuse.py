@@ -120,9 +120,10 @@ class FusionResult:
             log.emit(diagnostics, groups)
 
 
-def fuse_function(func: Operation, hw: Hardware, enabled: set[str], group_everything: bool, first_id: int) -> tuple[list[GroupOp], FusionLog]:
+def fuse_function(func: Operation, hw: Hardware, enabled: set[str], group_everything: bool, first_id: int, names: bool = True) -> tuple[list[GroupOp], FusionLog]:
     log = FusionLog(hw)
-    log.names = value_names(func)
+    if names:  # the remarks' `%7`, as the user sees the input; costs a print
+        log.names = value_names(func)
     block = func.body
     existing = flatten_groups(block)
     protected = {op for _, ops in existing for op in ops}
@@ -146,11 +147,12 @@ def fuse_function(func: Operation, hw: Hardware, enabled: set[str], group_everyt
     return materialize(partition, group_everything, first_id), log
 
 
-def fuse_module(module: Operation, hw: Hardware, enabled=PHASES, group_everything: bool = True) -> FusionResult:
-    """Fuse every function of `module` in place."""
+def fuse_module(module: Operation, hw: Hardware, enabled=PHASES, group_everything: bool = True, explain: bool = True) -> FusionResult:
+    """Fuse every function of `module` in place. With `explain`, the log
+    names values as the printer would (for remarks and reports)."""
     result = FusionResult([], [])
     for func in [op for op in module.body if op.name == "func.func"]:
-        groups, log = fuse_function(func, hw, set(enabled), group_everything, len(result.groups))
+        groups, log = fuse_function(func, hw, set(enabled), group_everything, len(result.groups), explain)
         result.groups.extend(groups)
         result.logs.append((log, groups))
     return result
@@ -173,7 +175,7 @@ class FusionPass(Pass):
             hw = hardware(name)
         except ValueError as exc:
             raise error(op.location, f"pass '{self.name}': {exc}") from None
-        result = fuse_module(op, hw, self.enabled(), self.group_everything)
+        result = fuse_module(op, hw, self.enabled(), self.group_everything, explain=context.explain)
         context.statistics[f"{self.name}.groups"] = len(result.groups)
         if context.explain:
             result.emit_remarks(context.diagnostics)

@@ -17,7 +17,7 @@ that recomputation, so an expensive producer stays in its own kernel.
 from __future__ import annotations
 
 from fusecc.compiler.ir import Operation
-from fusecc.compiler.traits import Contraction, Elementwise, Injective
+from fusecc.compiler.traits import Contraction, Elementwise, Injective, Reduction
 
 from . import cost_model as cm
 from .partition import Cluster, Partition
@@ -33,7 +33,21 @@ def admit_epilogue(cluster: Cluster, op: Operation) -> str | None:
         return f"{op.name} is not an elementwise epilogue"
     if op.results[0].type.shape != shape:
         return f"{op.name} changes the shape of the matmul result"
+    if _better_as_reduction_prologue(cluster, op):
+        return f"{op.name} only feeds a reduction, whose group reads its input anyway"
     return None
+
+
+def _better_as_reduction_prologue(cluster: Cluster, op: Operation) -> bool:
+    """An op whose results only feed reductions (the `x * x` of an rmsnorm),
+    reading group values that are written anyway: in the matmul's epilogue
+    it would add a store and a load; in the reduction's prologue it is free."""
+    users = [u for r in op.results for u in r.users]
+    if not users or not all(u.has_trait(Reduction) or cm.is_row_composite(u) for u in users):
+        return False
+    members = set(cluster.ops)
+    reads = [v for v in op.operands if v.defining_op in members]
+    return all(any(u is not op for u in v.users) for v in reads)
 
 
 def admit_prologue(cluster: Cluster, op: Operation) -> str | None:

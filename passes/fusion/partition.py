@@ -34,6 +34,9 @@ from fusecc.dialects.fusion import GroupOp, YieldOp
 
 from . import cost_model as cm
 
+# Kinds whose growth by an elementwise op changes only registers and op count.
+QUICK_KINDS = ("elementwise", "injective", "matmul")
+
 FORBID = "fusion.forbid"
 FORCE = "fusion.force"
 PARTS = "fusion.parts"
@@ -164,7 +167,7 @@ def _sort_key(location: Location):
 class Cluster:
     """Ops that will become one group. `kind` is a `fusion.group` kind."""
 
-    __slots__ = ("ops", "kind", "parts", "last", "fixed", "dead", "space", "_cost")
+    __slots__ = ("ops", "kind", "parts", "last", "fixed", "dead", "space", "bound", "_cost")
 
     def __init__(self, ops: list[Operation], kind: str, last: float, fixed: bool = False):
         self.ops = ops
@@ -174,6 +177,7 @@ class Cluster:
         self.fixed = fixed  # came from a group in the input: grows no further
         self.dead = False  # merged into another cluster
         self.space = None  # phase data, e.g. a reduction's row space
+        self.bound: int | None = None  # upper bound on registers/thread, kept cheaply while growing
         self._cost: cm.GroupCost | None = None
 
     def __repr__(self) -> str:
@@ -257,6 +261,7 @@ class Partition:
         if cluster.kind == "injective":
             cluster.kind = "elementwise"
         cluster._cost = None
+        cluster.bound = None
 
     def sorted_ops(self, cluster: Cluster) -> list[Operation]:
         return sorted(cluster.ops, key=self.position.__getitem__)
@@ -294,9 +299,13 @@ class Partition:
             self.log.refuse(ops[0], partner, f"fusion.forbid is set on {self.log.name(blocker)}")
             return False
         forced = any(flag(op, FORCE) for op in ops) or (partner is not None and flag(partner, FORCE))
-        if quick and self._quick_fits(cluster, ops):
-            self.add(cluster, ops)
-            return True
+        hw = self.hardware
+        if quick and cluster.kind in QUICK_KINDS and len(cluster.ops) + len(ops) <= hw.max_ops_per_group:
+            bound = self._register_bound(cluster, ops)
+            if bound <= hw.registers_per_thread:
+                self.add(cluster, ops)
+                cluster.bound = bound
+                return True
         merged_ops = sorted([*cluster.ops, *ops], key=self.position.__getitem__)
         merged = cm.estimate_ops(merged_ops, self.hardware, cluster.kind)
         parts = [self.cost(cluster)] + [cm.estimate_ops(sorted(ops, key=self.position.__getitem__), self.hardware)]
@@ -308,6 +317,7 @@ class Partition:
             self.log.note(ops[0].location, f"{decision.reason} (into {{group}})", ops[0])
         self.add(cluster, ops)
         cluster._cost = merged
+        cluster.bound = merged.registers_per_thread
         return True
 
     def merge(self, cluster: Cluster, other: Cluster, partner: Operation | None) -> bool:
@@ -329,22 +339,20 @@ class Partition:
         cluster._cost = merged
         return True
 
-    def _quick_fits(self, cluster: Cluster, ops: list[Operation]) -> bool:
-        """Cheap upper bounds well inside every limit: no full estimate needed."""
+    def _register_bound(self, cluster: Cluster, ops: list[Operation]) -> int:
+        """An upper bound on the registers per thread of `cluster` plus `ops`:
+        the last exact estimate, plus for every added op two pointers and a
+        live value for each operand it reads from outside and each result."""
+        if cluster.bound is None:
+            cluster.bound = self.cost(cluster).registers_per_thread
         hw = self.hardware
-        count = sum(1 for op in cluster.ops if not op.has_trait(ConstantLike)) + len(ops)
-        if count > hw.max_ops_per_group:
-            return False
-        if cluster.kind not in ("elementwise", "injective", "matmul"):
-            return False
-        # Registers are at most: base + pointers for every operand and result + every value live.
-        values = sum(len(op.operands) + len(op.results) for op in (*cluster.ops, *ops))
-        if cluster.kind == "matmul":
-            return False if values > 24 else True
-        bound = cm.GPU_BASE_REGISTERS + (cm.REGISTERS_PER_POINTER + 2) * values
-        if not hw.is_gpu:
-            bound = (2 * values + 1) * hw.warp_size
-        return bound <= hw.registers_per_thread
+        members = self.cluster_of
+        added = 0
+        for op in ops:
+            outside = sum(1 for v in op.operands if members.get(v.defining_op) is not cluster and not cm.is_free_input(v))
+            added += outside + len(op.results)
+        per_value = (cm.REGISTERS_PER_POINTER + 2) if hw.is_gpu else 2 * hw.warp_size
+        return cluster.bound + added * per_value
 
     # --- growth ----------------------------------------------------------------
     def absorb_producers(self, cluster: Cluster, admit: Callable[[Cluster, Operation], str | None], limit: int = 64) -> None:

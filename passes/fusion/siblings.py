@@ -111,6 +111,8 @@ def _merge(block: Block, siblings: list[Operation], position: dict[Operation, in
         prefix += 1
     finals = previous
     users = [u for v in finals for u in v.users]
+    if not all(v.has_uses() for v in finals):
+        return  # dead siblings are for dce, not for merging
     anchor = min(users, key=lambda u: position.get(u, len(position)))
     limit = position.get(anchor, len(position))
     inputs = [siblings[0].operands[0], *(mm.operands[1] for mm in siblings)]
