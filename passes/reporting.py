@@ -107,12 +107,15 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine) -> dic
             mine, theirs = group_of.get(refusal.op), group_of.get(refusal.partner)
             if mine is not None and mine is theirs:
                 continue  # fused in the end, by another route
+            producer, consumer = (theirs, refusal.partner), (mine, refusal.op)
+            if not refusal.partner_feeds_op:
+                producer, consumer = consumer, producer
             unfused.append(
                 {
-                    "op": log.name(refusal.op),
-                    "group": mine.attr("id") if mine is not None else None,
-                    "partner": log.name(refusal.partner),
-                    "partner_group": theirs.attr("id") if theirs is not None else None,
+                    "producer": log.name(producer[1]),
+                    "producer_group": producer[0].attr("id") if producer[0] is not None else None,
+                    "consumer": log.name(consumer[1]),
+                    "consumer_group": consumer[0].attr("id") if consumer[0] is not None else None,
                     "reason": refusal.reason,
                 }
             )
@@ -159,7 +162,7 @@ def format_report(data: dict) -> str:
         lines.append("  none: every candidate fusion was taken")
     for u in data["unfused"]:
         where = lambda name, gid: f"{name} (group {gid})" if gid is not None else name
-        lines.append(f"  {where(u['partner'], u['partner_group'])} -> {where(u['op'], u['group'])}: {u['reason']}")
+        lines.append(f"  {where(u['producer'], u['producer_group'])} -> {where(u['consumer'], u['consumer_group'])}: {u['reason']}")
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,7 @@ def signature(partition: Partition, cluster: Cluster):
             found = row_space(op)
             if found is not None:
                 return found[0], op.operands[0].type.element_type
-        return None
+        return op.name, tuple(v.type for v in ops[0].operands), tuple(ops[0].result_types)
     if cluster.kind == "matmul":
         mm = next(op for op in ops if op.has_trait(Contraction))
         return tuple(v.type for v in mm.operands), mm.result.type

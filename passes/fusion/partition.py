@@ -78,6 +78,7 @@ class Refusal:
     partner: Operation | None
     reason: str
     structural: bool  # the ops' kinds cannot share a group (not a cost decision)
+    partner_feeds_op: bool  # dataflow goes partner -> op (else op -> partner)
 
 
 class FusionLog:
@@ -106,7 +107,8 @@ class FusionLog:
         key = (op, partner, reason)
         if key not in self._seen:
             self._seen.add(key)
-            self.refusals.append(Refusal(op, partner, reason, structural))
+            feeds = partner is not None and any(v.defining_op is partner for v in op.operands)
+            self.refusals.append(Refusal(op, partner, reason, structural, feeds))
 
     def note(self, location: Location, text: str, op: Operation | None = None) -> None:
         self.notes.append((location, text, op))
@@ -314,7 +316,7 @@ class Partition:
             self.log.refuse(ops[0], partner, decision.reason)
             return False
         if forced and decision.reason.startswith("forced"):
-            self.log.note(ops[0].location, f"{decision.reason} (into {{group}})", ops[0])
+            self.log.note(ops[0].location, f"{{group}}: {decision.reason}", ops[0])
         self.add(cluster, ops)
         cluster._cost = merged
         cluster.bound = merged.registers_per_thread
@@ -334,6 +336,8 @@ class Partition:
         if not decision.fuse:
             self.log.refuse(ops[-1], partner, decision.reason)
             return False
+        if forced and decision.reason.startswith("forced"):
+            self.log.note(ops[-1].location, f"{{group}}: {decision.reason}", ops[-1])
         self.remove(other)
         self.add(cluster, ops)
         cluster._cost = merged
