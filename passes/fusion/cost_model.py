@@ -266,27 +266,28 @@ class AttentionTile:
     shared_memory_bytes: int
 
 
-def attention_tile(op: Operation, hardware: Hardware, lanes: int = 1) -> AttentionTile:
+def attention_tile(op: Operation, hardware: Hardware, reserved_registers: int = 0) -> AttentionTile:
     """The largest flash-attention tile whose registers and shared memory fit.
 
     Q is held per block (block_q x D), K and V stream through shared memory
-    (block_kv x D each); each thread holds its share of the scores tile and
-    of the output accumulator. When nothing fits, the smallest tile is
-    returned and `decide` refuses it."""
+    (block_kv x D each). On a GPU each of 128 threads holds its share of the
+    scores tile and of the output accumulator; on the CPU the tiles live in
+    the L2 ("shared memory") and 16 vector registers hold the running row.
+    `reserved_registers` are what the rest of the group needs per thread.
+    When nothing fits, the smallest tile is returned and `decide` refuses."""
     q, k, v = op.operands[:3]
     d, dv = q.type.shape[-1], v.type.shape[-1]
     element = q.type.element_type.byte_size
     threads = 128 if hardware.is_gpu else 1
-    vector = 1 if hardware.is_gpu else hardware.warp_size
     tile = None
     for block in (128, 64, 32, 16):
         smem = (block * d + block * d + block * dv) * element
         if hardware.is_gpu:
             regs = GPU_BASE_REGISTERS + 16 + (block * dv + block * block) // threads
         else:
-            regs = (16 + 2 * block // vector) * vector
+            regs = 16 * hardware.warp_size
         tile = AttentionTile(block, block, threads, regs, smem)
-        if smem <= hardware.shared_memory_per_block and regs <= hardware.registers_per_thread:
+        if smem <= hardware.shared_memory_per_block and regs + reserved_registers <= hardware.registers_per_thread:
             return tile
     return tile
 
@@ -465,8 +466,9 @@ def _estimate(body: _Body, kind: str, hardware: Hardware) -> GroupCost:
     elif kind == "attention":
         for op in body.ops:
             if is_attention(op):
-                tile = attention_tile(op, hardware)
-                registers += tile.registers_per_thread - (GPU_BASE_REGISTERS if hardware.is_gpu else 0)
+                others = registers - (GPU_BASE_REGISTERS if hardware.is_gpu else 0)
+                tile = attention_tile(op, hardware, others)
+                registers = others + tile.registers_per_thread
                 shared = max(shared, tile.shared_memory_bytes)
     elif kind == "reduction":
         rows = _row_elements(body)
