@@ -19,7 +19,6 @@ shared memory and never write the scores.
 
 from __future__ import annotations
 
-from fusecc.compiler.diagnostics import fuse_locations
 from fusecc.compiler.ir import Block, Operation, Value, VerifyError
 from fusecc.compiler.traits import Contraction, Injective
 from fusecc.dialects import tensor as T

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from fusecc.compiler.hardware import Hardware
-from fusecc.compiler.ir import Operation, OpResult, Value
+from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.types import TensorType
 

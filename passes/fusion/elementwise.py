@@ -23,9 +23,10 @@ order of the time they save:
 from __future__ import annotations
 
 from fusecc.compiler.ir import Operation
-from fusecc.compiler.traits import Elementwise, Injective, Terminator
+from fusecc.compiler.traits import Injective, Terminator
 
 from . import cost_model as cm
+from .matmul import admit_prologue
 from .partition import FORBID, Cluster, Partition, flag, is_elementwise_like
 
 DUPLICATE_MAX_OPS = 4
@@ -88,11 +89,14 @@ def _can_take(partition: Partition, consumer: Cluster, producer_ops: list[Operat
     if consumer.kind == "attention":
         return all(op.has_trait(Injective) and op.name != "tensor.broadcast_to" for op in producer_ops)
     if consumer.kind == "matmul":
-        from .matmul import admit_prologue
-
         return all(admit_prologue(consumer, op) is None for op in producer_ops)
     if consumer.kind == "reduction":
-        return all(op.has_trait(Elementwise) or op.has_trait(Injective) for op in producer_ops)
+        # A row-wise kernel evaluates its prologue at row indices, so what it
+        # takes (and may also write) must be full rows.
+        space = consumer.space
+        return space is not None and all(
+            is_elementwise_like(op) and all(r.type.shape == space.full for r in op.results) for op in producer_ops
+        )
     return False
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from fusecc.compiler.traits import Contraction
 
 from . import cost_model as cm
-from .partition import FORBID, Cluster, Partition, flag, is_fusable
+from .partition import FORBID, Cluster, Partition, flag
 from .reduction import row_space
 
 KINDS = ("elementwise", "reduction", "matmul", "attention")
@@ -98,5 +98,3 @@ def _shared_input_bytes(partition: Partition, a_ops, b_ops) -> int:
     b = cm.external_inputs(b_ops, set(b_ops))
     return sum(cm.byte_size(v) for v in b if v in a and not cm.is_free_input(v))
 
-
-__all__ = ["plan_horizontal", "is_fusable"]

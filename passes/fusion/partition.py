@@ -217,9 +217,6 @@ class Partition:
         """Fusable ops in program order."""
         return [op for op in self.block if is_fusable(op)]
 
-    def pos(self, op: Operation) -> float:
-        return self.position[op]
-
     def cluster(self, op: Operation) -> Cluster | None:
         return self.cluster_of.get(op)
 
@@ -235,12 +232,6 @@ class Partition:
                     if user not in members:
                         out[user] = None
         return list(out)
-
-    def producer_in(self, op: Operation, members) -> Operation | None:
-        for v in op.operands:
-            if v.defining_op in members:
-                return v.defining_op
-        return None
 
     # --- clusters ------------------------------------------------------------
     def new_cluster(self, ops: list[Operation], kind: str | None = None) -> Cluster:
@@ -272,9 +263,6 @@ class Partition:
         if cluster._cost is None:
             cluster._cost = cm.estimate_ops(self.sorted_ops(cluster), self.hardware, cluster.kind)
         return cluster._cost
-
-    def single_cost(self, op: Operation) -> cm.GroupCost:
-        return cm.estimate_ops([op], self.hardware)
 
     def duplicate(self, op: Operation) -> Operation:
         """A copy of `op` right after it, for one consumer to own. Its position

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import pathlib
 
-import pytest
-
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.parser import parse_module
 from fusecc.passes import reporting
@@ -80,3 +78,10 @@ def test_explain_prints_a_remark_per_decision_and_a_summary(capsys):
 def test_explain_of_a_missing_file_is_a_usage_error(capsys):
     assert fusecc.main(["explain", "no/such/file.ir"]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_readme_shows_the_current_report():
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    block = readme.split("## Fusion", 1)[1].split("```\n", 2)[2].split("```", 1)[0]
+    expected = reporting.report(module_of("encoder_block_ops.ir"), "h200")
+    assert block == expected, "regenerate the README block with: fusecc report examples/encoder_block_ops.ir"

@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 
 from fusecc.compiler.diagnostics import DiagnosticError
-from fusecc.compiler.hardware import HARDWARE, H200
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.fusion.contract import contract_problems
-from fusecc.passes.fusion.fuse import fuse_module
 from fusecc.runtime.reference import evaluate, random_input
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
