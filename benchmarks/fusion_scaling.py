@@ -52,14 +52,11 @@ def stack(layers: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def best(repeat: int, work) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        gc.collect()  # garbage of earlier runs (IR is cyclic) would slow the collector inside this one
-        start = time.perf_counter()
-        result = work()
-        times.append(time.perf_counter() - start)
-    return min(times), result
+def timed(work) -> tuple[float, object]:
+    gc.collect()  # garbage of earlier runs (the IR is cyclic) would slow the collector inside this one
+    start = time.perf_counter()
+    result = work()
+    return time.perf_counter() - start, result
 
 
 def main() -> None:
@@ -78,22 +75,22 @@ def main() -> None:
             verify(module)
             return module
 
-        parse_time, module = best(1, parsed)
+        parse_time, module = timed(parsed)
         ops = sum(1 for op in module.walk() if op.name.startswith("tensor.") and op.name != "tensor.constant")
-        fuse_time, result = best(1, lambda: fuse_module(module, H200, explain=False))
-        quiet_time = float("inf")
-        for run in range(2 * args.repeat - 1):
-            again = parsed()
-            collector = run % 2 == 0
-            if not collector:
-                gc.disable()
-            elapsed = best(1, lambda: fuse_module(again, H200, explain=False))[0]
-            gc.enable()
-            if collector:
-                fuse_time = min(fuse_time, elapsed)
-            else:
-                quiet_time = min(quiet_time, elapsed)
-            del again
+        del module
+        fuse_time = quiet_time = float("inf")
+        for _ in range(args.repeat):
+            for collector in (True, False):
+                fresh = parsed()
+                if not collector:
+                    gc.disable()
+                elapsed, result = timed(lambda: fuse_module(fresh, H200, explain=False))
+                gc.enable()
+                if collector:
+                    fuse_time = min(fuse_time, elapsed)
+                else:
+                    quiet_time = min(quiet_time, elapsed)
+                del fresh
         print(
             f"{layers:>7} {ops:>7} {parse_time:>9.2f} {fuse_time:>9.2f} {1e6 * fuse_time / ops:>11.1f}"
             f" {1e6 * quiet_time / ops:>12.1f} {len(result.groups):>7}"

@@ -217,9 +217,6 @@ class Partition:
         """Fusable ops in program order."""
         return [op for op in self.block if is_fusable(op)]
 
-    def cluster(self, op: Operation) -> Cluster | None:
-        return self.cluster_of.get(op)
-
     def free(self, op: Operation) -> bool:
         """Fusable, not yet in a cluster."""
         return op in self.position and op not in self.cluster_of and is_fusable(op)
@@ -411,29 +408,13 @@ class Partition:
         return None
 
     # --- cluster graph ---------------------------------------------------------
-    def unit_of(self, op: Operation):
-        return self.cluster_of.get(op, op)
-
     def depths(self) -> dict[object, int]:
         """Longest-path depth of every unit (cluster, or op outside clusters)
-        in the graph of units, computed in order of the units' last ops."""
+        in the graph of units."""
+        order, predecessors = unit_graph(self, set(self.clusters))
         depth: dict[object, int] = {}
-        units: dict[object, float] = {}
-        for op in self.block:
-            unit = self.unit_of(op)
-            units[unit] = max(units.get(unit, -1.0), self.position.get(op, -1.0))
-        for unit in sorted(units, key=units.__getitem__):
-            ops = unit.ops if isinstance(unit, Cluster) else [unit]
-            d = 0
-            for op in ops:
-                for v in op.operands:
-                    producer = v.defining_op
-                    if producer is None or producer.parent is not self.block:
-                        continue
-                    other = self.unit_of(producer)
-                    if other is not unit:
-                        d = max(d, depth.get(other, 0) + 1)
-            depth[unit] = d
+        for unit in order:
+            depth[unit] = max((depth[p] + 1 for p in predecessors[unit]), default=0)
         return depth
 
 
@@ -461,34 +442,28 @@ def flatten_groups(block: Block) -> list[tuple[str, list[Operation]]]:
     return former
 
 
-def _unit_order(partition: Partition, chosen: set[Cluster]) -> list[object]:
-    """Units (chosen clusters, other ops) in dependence order, each as early as
-    its first op allows (Kahn's algorithm keyed by program position)."""
-    block = partition.block
+def unit_graph(partition: Partition, chosen: set[Cluster]) -> tuple[list[object], dict[object, set[object]]]:
+    """Units (chosen clusters, other ops but constants) in dependence order,
+    each as early as its first op allows (Kahn's algorithm keyed by program
+    position), and each unit's predecessors."""
     unit_ops: dict[object, list[Operation]] = {}
     first: dict[object, float] = {}
-    index = 0.0
-    for op in block:
+    for op in partition.block:
         if op.has_trait(Terminator) or op.has_trait(ConstantLike):
             continue
         cluster = partition.cluster_of.get(op)
         unit = cluster if cluster in chosen else op
         unit_ops.setdefault(unit, []).append(op)
-        first.setdefault(unit, partition.position.get(op, index))
-        index += 1
+        first.setdefault(unit, partition.position.get(op, float(len(first))))
     owner: dict[Operation, object] = {op: unit for unit, ops in unit_ops.items() for op in ops}
-    indegree = {unit: 0 for unit in unit_ops}
+    predecessors: dict[object, set[object]] = {}
     successors: dict[object, list[object]] = {unit: [] for unit in unit_ops}
     for unit, ops in unit_ops.items():
-        preds = set()
-        for op in ops:
-            for v in op.operands:
-                producer = owner.get(v.defining_op)
-                if producer is not None and producer is not unit:
-                    preds.add(producer)
+        preds = {owner[v.defining_op] for op in ops for v in op.operands if v.defining_op in owner} - {unit}
+        predecessors[unit] = preds
         for p in preds:
             successors[p].append(unit)
-        indegree[unit] = len(preds)
+    indegree = {unit: len(preds) for unit, preds in predecessors.items()}
     ready = [(first[u], n, u) for n, u in enumerate(unit_ops) if indegree[u] == 0]
     heapq.heapify(ready)
     order = []
@@ -503,7 +478,7 @@ def _unit_order(partition: Partition, chosen: set[Cluster]) -> list[object]:
                 heapq.heappush(ready, (first[s], counter, s))
     if len(order) != len(unit_ops):
         raise RuntimeError("fusion produced a cycle between groups")
-    return order
+    return order, predecessors
 
 
 def materialize(partition: Partition, group_everything: bool, first_id: int) -> list[GroupOp]:
@@ -516,7 +491,7 @@ def materialize(partition: Partition, group_everything: bool, first_id: int) -> 
             if op not in partition.cluster_of:
                 partition.new_cluster([op], _natural_kind(op))
     chosen = {c for c in partition.clusters if group_everything or c.fixed or len(c.ops) > 1 or c.kind in ("attention", "horizontal")}
-    order = _unit_order(partition, chosen)
+    order, _ = unit_graph(partition, chosen)
     terminator = block.last_op if block.last_op is not None and block.last_op.has_trait(Terminator) else None
     constants = [op for op in block if op.has_trait(ConstantLike)]
     for op in list(block):
