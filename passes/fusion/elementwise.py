@@ -12,9 +12,9 @@ that pays.
 Two more moves handle producers with users in several clusters, taken in
 order of the time they save:
 
-* duplication: a small, cheap producer (layout ops, a cast, a scale) is
-  copied into every consumer cluster when the copies cost less than
-  storing and reloading it;
+* duplication: a small producer (up to four ops) is copied into every
+  consumer cluster when the copies, recomputation included, cost less than
+  storing it once and loading it in each consumer;
 * multi-output fusion: otherwise it joins the earliest consumer cluster
   that can take it (elementwise, or as a reduction prologue), which then
   also writes it for the later consumers.
@@ -29,6 +29,8 @@ from . import cost_model as cm
 from .matmul import admit_prologue
 from .partition import FORBID, Cluster, Partition, flag, is_elementwise_like
 
+# Producers up to this size are candidates for duplication; the cost model
+# decides whether the recomputation costs less than storing and reloading.
 DUPLICATE_MAX_OPS = 4
 
 
@@ -122,7 +124,7 @@ def _share_producers(partition: Partition) -> None:
 
 def _duplication(partition: Partition, producer: Cluster, consumers: list[Cluster], other: bool):
     ops = partition.sorted_ops(producer)
-    if other or len(ops) > DUPLICATE_MAX_OPS or not all(cm.is_cheap(op) for op in ops):
+    if other or len(ops) > DUPLICATE_MAX_OPS:
         return None
     if not all(_can_take(partition, c, ops) for c in consumers):
         return None
