@@ -82,6 +82,6 @@ def test_explain_of_a_missing_file_is_a_usage_error(capsys):
 
 def test_the_readme_shows_the_current_report():
     readme = (EXAMPLES.parent / "README.md").read_text()
-    block = readme.split("## Fusion", 1)[1].split("```\n", 2)[2].split("```", 1)[0]
+    block = readme.split("\n## Fusion\n", 1)[1].split("```\n", 2)[2].split("```", 1)[0]
     expected = reporting.report(module_of("encoder_block_ops.ir"), "h200")
     assert block == expected, "regenerate the README block with: fusecc report examples/encoder_block_ops.ir"
