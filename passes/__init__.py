@@ -13,5 +13,11 @@ for _name, _target in {
     "tile": "fusecc.passes.lowering.tiling:Tile",
     "lower-to-loops": "fusecc.passes.lowering.driver:LowerToLoops",
     "plan-memory": "fusecc.passes.lowering.memory_plan:PlanMemory",
+    "fuse": "fusecc.passes.fusion.fuse:Fuse",
+    "fuse-attention": "fusecc.passes.fusion.fuse:FuseAttention",
+    "fuse-elementwise": "fusecc.passes.fusion.fuse:FuseElementwise",
+    "fuse-horizontal": "fusecc.passes.fusion.fuse:FuseHorizontal",
+    "fuse-matmul": "fusecc.passes.fusion.fuse:FuseMatmul",
+    "fuse-reductions": "fusecc.passes.fusion.fuse:FuseReductions",
 }.items():
     register_pass(_name, _target)

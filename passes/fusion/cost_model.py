@@ -1,0 +1,653 @@
+"""The fusion cost model: what a kernel costs, and whether fusing pays.
+
+Every fusion decision goes through `decide`, which implements the seed's
+decision guide (section 3.3) with the numbers of `compiler.hardware`:
+
+1. Hardware limits first (seed 3.1, over-fusion): a candidate group that
+   would need more registers per thread, more shared memory per block, or
+   more ops than the target allows is refused, whatever it would save.
+2. Then time: the candidate is fused when its modelled time is below the sum
+   of the separate kernels' times. Each kernel costs one launch plus the
+   larger of its memory time (bytes / bandwidth) and its compute time
+   (flops / peak). So elementwise fusion almost always pays (it removes a
+   launch and an intermediate's write and read), memory-bound fusions pay
+   most, and a fusion that recomputes expensive work (a broadcast consumer
+   re-evaluating an `exp` per output element) pays only when the traffic it
+   saves outweighs the recomputation.
+
+`fusion.force` on an op overrides both rules (never legality); the reason
+says what was overridden.
+
+Estimates (`estimate_ops` for a candidate set of top-level ops,
+`estimate_group` for a materialised `fusion.group`) model the lowering that
+`passes/fusion/fuse.py` documents for each group kind:
+
+* bytes: every group input is read once (caches serve re-reads of tiles),
+  every output written once; splat constants are free;
+* flops: per-element weights per op (`FLOPS_PER_ELEMENT`), times how often
+  the lowering evaluates the op (values inlined into a larger consumer are
+  recomputed per consumer element: `recomputed_flops`);
+* registers per thread: a linear scan for the peak number of live scalar
+  values, plus per-kind state (matmul accumulator tiles, flash-attention
+  tiles, rows kept for a row-wise reduction) and two registers per pointer;
+* shared memory per block: matmul operand tiles (double-buffered),
+  flash-attention Q/K/V tiles, and reduction rows that must be kept for an
+  epilogue when they do not fit in registers.
+
+The tiler reads `matmul_tile`, `attention_tile`, `estimate_registers` and
+`estimate_shared_memory`; everything hardware-specific comes from
+`compiler.hardware`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from fusecc.compiler.hardware import Hardware
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
+from fusecc.compiler.types import TensorType
+
+# Per-element work, in "flops" (one add or multiply = 1). Ops not listed
+# cost 1 if Elementwise, 0 if Injective, 1 per input element if a Reduction.
+FLOPS_PER_ELEMENT = {
+    "tensor.div": 4,
+    "tensor.reciprocal": 4,
+    "tensor.sqrt": 4,
+    "tensor.rsqrt": 4,
+    "tensor.exp": 8,
+    "tensor.log": 8,
+    "tensor.tanh": 8,
+    "tensor.erf": 8,
+    "tensor.sigmoid": 10,
+    "tensor.silu": 11,
+    "tensor.gelu": 14,
+    "tensor.pow": 16,
+    "tensor.softmax": 16,
+    "tensor.layernorm": 12,
+    "tensor.rmsnorm": 8,
+}
+
+# Register bookkeeping on a GPU thread: indices, loop counters, predicates.
+GPU_BASE_REGISTERS = 16
+REGISTERS_PER_POINTER = 2
+# Rows a reduction keeps for its epilogue live in registers up to this many
+# values per thread, else in shared memory.
+ROW_REGISTER_BUDGET = 32
+REDUCTION_THREADS = 256
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class GroupCost:
+    """The modelled cost of one kernel (a fusion group, or one unfused op)."""
+
+    kind: str
+    ops: int
+    bytes_read: int
+    bytes_written: int
+    flops: float
+    recomputed_flops: float
+    registers_per_thread: int
+    shared_memory_bytes: int
+    compute_seconds: float
+    time_seconds: float
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of `decide`: whether to fuse, and a sentence saying why."""
+
+    fuse: bool
+    reason: str
+    saved_seconds: float
+    saved_bytes: int
+    limit: str | None = None  # the broken hardware limit, if any
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def format_bytes(n: float) -> str:
+    """Memory traffic in decimal units, as bandwidth figures are quoted."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_kib(n: float) -> str:
+    """On-chip memory in binary units, as datasheets quote it."""
+    return f"{n / 1024:.1f} KiB"
+
+
+def format_time(seconds: float) -> str:
+    if abs(seconds) >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def numel(value: Value) -> int:
+    t = value.type
+    return t.num_elements if isinstance(t, TensorType) else 1
+
+
+def byte_size(value: Value) -> int:
+    t = value.type
+    return t.byte_size if isinstance(t, TensorType) else 8
+
+
+def words(value: Value) -> int:
+    """32-bit registers one element of `value` occupies."""
+    t = value.type
+    element = t.element_type if isinstance(t, TensorType) else t
+    return max(1, (element.bitwidth + 31) // 32)
+
+
+def is_splat_constant(value: Value) -> bool:
+    op = value.defining_op
+    return op is not None and op.has_trait(ConstantLike) and _is_splat(op.attributes["value"])
+
+
+_SPLATS: dict[int, tuple[object, bool]] = {}
+
+
+def _is_splat(attribute) -> bool:
+    """`attribute.is_splat`, memoised by identity (it scans the array)."""
+    found = _SPLATS.get(id(attribute))
+    if found is None or found[0] is not attribute:
+        if len(_SPLATS) > 4096:
+            _SPLATS.clear()
+        found = _SPLATS[id(attribute)] = (attribute, attribute.is_splat)
+    return found[1]
+
+
+def is_free_input(value: Value) -> bool:
+    """Inputs that cost no memory traffic: splat constants become immediates."""
+    return is_splat_constant(value)
+
+
+def flops_per_element(op: Operation) -> float:
+    weight = FLOPS_PER_ELEMENT.get(op.name)
+    if weight is not None:
+        return weight
+    if op.has_trait(Injective) or op.has_trait(ConstantLike):
+        return 0
+    return 1
+
+
+def is_cheap(op: Operation) -> bool:
+    """At most one flop per element: casts, scales, adds, layout changes."""
+    return flops_per_element(op) <= 1
+
+
+def is_attention(op: Operation) -> bool:
+    return op.name == "tensor.attention"
+
+
+def is_row_composite(op: Operation) -> bool:
+    """softmax, layernorm, rmsnorm: composites that normalise rows."""
+    return op.has_trait(Composite) and not is_attention(op)
+
+
+def is_float16(value: Value) -> bool:
+    t = value.type
+    return isinstance(t, TensorType) and t.element_type.name in ("f16", "bf16")
+
+
+def op_flops(op: Operation) -> tuple[float, float]:
+    """(flops on tensor-core-able work, other flops) for one evaluation of `op`."""
+    if op.has_trait(Contraction):
+        lhs, rhs = op.operands
+        a = lhs.type.shape
+        k = a[-2] if op.attr("transpose_a") and len(a) >= 2 else a[-1]
+        work = 2.0 * numel(op.result) * k
+        return (work, 0.0) if is_float16(op.result) else (0.0, work)
+    if is_attention(op):
+        q, k, v = op.operands[:3]
+        s, t, d, dv = q.type.shape[-2], k.type.shape[-2], q.type.shape[-1], v.type.shape[-1]
+        batch = numel(op.result) // max(1, s * dv)
+        matmuls = 2.0 * batch * s * t * (d + dv)
+        softmax = 6.0 * batch * s * t
+        return (matmuls, softmax) if is_float16(op.result) else (0.0, matmuls + softmax)
+    if op.has_trait(Reduction):
+        return 0.0, float(numel(op.operands[0]))
+    return 0.0, flops_per_element(op) * numel(op.results[0]) if op.results else 0.0
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+# --------------------------------------------------------------------------- tiles
+
+
+@dataclass(frozen=True)
+class MatmulTile:
+    block_m: int
+    block_n: int
+    block_k: int
+    threads: int
+    stages: int
+
+    def accumulators_per_thread(self, lanes: int) -> int:
+        return self.block_m * self.block_n // (self.threads * lanes)
+
+
+def matmul_tile(op: Operation, hardware: Hardware) -> MatmulTile:
+    """The block tile the model assumes for a matmul (the tiler may refine it)."""
+    shape = op.result.type.shape
+    m = shape[-2] if len(shape) >= 2 else 1
+    n = shape[-1]
+    if not hardware.is_gpu:
+        return MatmulTile(6, 32, 256, 1, 1)
+    block_m = max(16, min(128, next_pow2(m)))
+    block_n = max(16, min(128, next_pow2(n)))
+    return MatmulTile(block_m, block_n, 32, 256 if block_m * block_n >= 128 * 64 else 128, 2)
+
+
+@dataclass(frozen=True)
+class AttentionTile:
+    block_q: int
+    block_kv: int
+    threads: int
+    registers_per_thread: int
+    shared_memory_bytes: int
+
+
+def attention_tile(op: Operation, hardware: Hardware, reserved_registers: int = 0) -> AttentionTile:
+    """The largest flash-attention tile whose registers and shared memory fit.
+
+    Q is held per block (block_q x D), K and V stream through shared memory
+    (block_kv x D each). On a GPU each of 128 threads holds its share of the
+    scores tile and of the output accumulator; on the CPU the tiles live in
+    the L2 ("shared memory") and 16 vector registers hold the running row.
+    `reserved_registers` are what the rest of the group needs per thread.
+    When nothing fits, the smallest tile is returned and `decide` refuses."""
+    q, k, v = op.operands[:3]
+    d, dv = q.type.shape[-1], v.type.shape[-1]
+    element = q.type.element_type.byte_size
+    threads = 128 if hardware.is_gpu else 1
+    tile = None
+    for block in (128, 64, 32, 16):
+        smem = (block * d + block * d + block * dv) * element
+        if hardware.is_gpu:
+            regs = GPU_BASE_REGISTERS + 16 + (block * dv + block * block) // threads
+        else:
+            regs = 16 * hardware.warp_size
+        tile = AttentionTile(block, block, threads, regs, smem)
+        if smem <= hardware.shared_memory_per_block and regs + reserved_registers <= hardware.registers_per_thread:
+            return tile
+    return tile
+
+
+# --------------------------------------------------------------------------- estimation
+
+
+class _Body:
+    """A candidate or materialised group seen as ops, inputs and outputs."""
+
+    def __init__(self, ops: Sequence[Operation], inputs: Sequence[Value], outputs: Sequence[Value], free: set[Value] = frozenset()):
+        self.ops = [op for op in ops if not op.has_trait(ConstantLike)]
+        self.members = set(self.ops)
+        self.free = set(free)  # values read at no cost: splat constants
+        for op in self.ops:
+            for v in op.operands:
+                if v.defining_op not in self.members and is_free_input(v):
+                    self.free.add(v)
+        self.inputs = [v for v in inputs if v not in self.free]
+        self.outputs = list(outputs)
+        self.output_set = set(outputs)
+
+
+def infer_kind(ops: Sequence[Operation]) -> str:
+    if any(is_attention(op) for op in ops):
+        return "attention"
+    if any(op.has_trait(Contraction) for op in ops):
+        return "matmul"
+    if any(op.has_trait(Reduction) or op.has_trait(Composite) for op in ops):
+        return "reduction"
+    if len(ops) == 1 and ops[0].has_trait(Injective):
+        return "injective"
+    if all(op.has_trait(Elementwise) or op.has_trait(Injective) for op in ops):
+        return "elementwise"
+    return "opaque"
+
+
+def _evaluations(body: _Body, kind: str, hardware: Hardware) -> dict[Operation, float]:
+    """How many times the lowering evaluates each op (>= its element count
+    when the op is inlined into a consumer that reads it at more points)."""
+    evals: dict[Operation, float] = {}
+    rows = _row_elements(body)
+    for op in reversed(body.ops):
+        own = numel(op.results[0]) if op.results else 1
+        materialised = (
+            not (op.has_trait(Elementwise) or op.has_trait(Injective))
+            or (kind == "reduction" and rows is not None and own <= rows[0])
+        )
+        if materialised:
+            evals[op] = own
+            continue
+        count = own if any(r in body.output_set for r in op.results) else 0
+        for result in op.results:
+            for user in result.users:
+                if user in body.members:
+                    count = max(count, _reads(user, result, evals, hardware))
+        evals[op] = max(count, own) if count else own
+    return evals
+
+
+def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:
+    """Element reads of `value` made by `user` in the lowered kernel."""
+    if user.has_trait(Contraction):
+        tile = matmul_tile(user, hardware)
+        shape = user.result.type.shape
+        m, n = (shape[-2] if len(shape) >= 2 else 1), shape[-1]
+        factor = math.ceil(n / tile.block_n) if value is user.operands[0] else math.ceil(m / tile.block_m)
+        return numel(value) * factor
+    if is_attention(user):
+        if value is user.operands[0]:
+            return numel(value)
+        tile = attention_tile(user, hardware)
+        return numel(value) * math.ceil(user.operands[0].type.shape[-2] / tile.block_q)
+    if user.has_trait(Reduction) or user.has_trait(Composite):
+        return numel(value)
+    per_user = evals.get(user, numel(user.results[0]))
+    if user.name == "tensor.concat":
+        return per_user * numel(value) / max(1, numel(user.result))
+    return per_user
+
+
+def _row_elements(body: _Body) -> tuple[int, int] | None:
+    """(rows, row length) of a row-wise reduction group, from its first
+    reduction or normalising composite."""
+    for op in body.ops:
+        if op.has_trait(Reduction):
+            x = op.operands[0]
+            axes = op.normalized_axes
+            length = 1
+            for a in axes:
+                length *= x.type.shape[a]
+            return numel(x) // max(1, length), length
+        if is_row_composite(op):
+            x = op.operands[0]
+            axis = op.attr("axis", -1) if op.name == "tensor.softmax" else -1
+            length = x.type.shape[axis]
+            return numel(x) // max(1, length), length
+    return None
+
+
+def _peak_live_words(body: _Body) -> int:
+    """Peak 32-bit values live at once when the body is evaluated in order."""
+    last_use: dict[Value, int] = {}
+    for index, op in enumerate(body.ops):
+        for v in op.operands:
+            last_use[v] = index
+    live = peak = 0
+    free = body.free
+    loaded: set[Value] = set(free)
+    for index, op in enumerate(body.ops):
+        for v in op.operands:
+            if v not in loaded and v.defining_op not in body.members:
+                loaded.add(v)
+                live += words(v)
+        out = sum(words(r) for r in op.results)
+        peak = max(peak, live + out)
+        for r in op.results:
+            if r in last_use:
+                live += words(r)
+        for v in set(op.operands):
+            if last_use.get(v) == index and v not in free:
+                live -= words(v)
+    return peak
+
+
+def _kept_rows(body: _Body, row_shape_numel: int) -> set[Value]:
+    """Full rows an epilogue needs after a reduction: the full-size operands
+    of ops that also read a reduced value computed in the group."""
+    reduced: set[Value] = set()
+    kept: set[Value] = set()
+    for op in body.ops:
+        if op.has_trait(Reduction):
+            reduced.update(op.results)
+            continue
+        if is_row_composite(op):
+            kept.add(op.operands[0])
+            continue
+        operands = op.operands
+        if any(v in reduced for v in operands):
+            small = all(numel(r) < row_shape_numel for r in op.results)
+            if small:
+                reduced.update(op.results)  # still in reduced space (var + eps)
+            else:
+                kept.update(v for v in operands if numel(v) == row_shape_numel)
+    return kept
+
+
+def _estimate(body: _Body, kind: str, hardware: Hardware) -> GroupCost:
+    lanes = 1 if hardware.is_gpu else hardware.warp_size
+    bytes_read = sum(byte_size(v) for v in body.inputs)
+    bytes_written = sum(byte_size(v) for v in body.outputs)
+    evals = _evaluations(body, kind, hardware)
+    tensor_flops = other_flops = recomputed = 0.0
+    for op in body.ops:
+        core, other = op_flops(op)
+        own = numel(op.results[0]) if op.results else 1
+        factor = evals.get(op, own) / max(1, own)
+        tensor_flops += core
+        other_flops += other * factor
+        recomputed += other * (factor - 1)
+    pointers = len(body.inputs) + len(body.outputs)
+    live = _peak_live_words(body)
+    shared = 0
+    if hardware.is_gpu:
+        registers = GPU_BASE_REGISTERS + REGISTERS_PER_POINTER * pointers + live
+    else:
+        registers = (live + 1) * lanes
+    if kind == "matmul":
+        for op in body.ops:
+            if op.has_trait(Contraction):
+                tile = matmul_tile(op, hardware)
+                fragments = (tile.block_m + tile.block_n) // (16 * lanes) if hardware.is_gpu else 2
+                registers += (tile.accumulators_per_thread(lanes) + fragments) * lanes
+                element = op.operands[0].type.element_type.byte_size
+                shared = max(shared, (tile.block_m * tile.block_k + tile.block_k * tile.block_n) * element * tile.stages)
+    elif kind == "attention":
+        for op in body.ops:
+            if is_attention(op):
+                others = registers - (GPU_BASE_REGISTERS if hardware.is_gpu else 0)
+                tile = attention_tile(op, hardware, others)
+                registers = others + tile.registers_per_thread
+                shared = max(shared, tile.shared_memory_bytes)
+    elif kind == "reduction":
+        rows = _row_elements(body)
+        if rows is not None:
+            length = rows[1]
+            row_numel = rows[0] * length
+            kept = _kept_rows(body, row_numel)
+            per_thread = math.ceil(length / (REDUCTION_THREADS if hardware.is_gpu else lanes))
+            element = max((v.type.element_type.byte_size for v in kept), default=4)
+            if len(kept) * per_thread <= ROW_REGISTER_BUDGET:
+                registers += len(kept) * per_thread * lanes
+            else:
+                shared = len(kept) * length * element
+            reductions = sum(1 for op in body.ops if op.has_trait(Reduction) or is_row_composite(op))
+            shared += reductions * 32 * 4  # one partial per warp and reduction
+    compute = tensor_flops / hardware.peak_tensor_flops + other_flops / hardware.peak_flops
+    memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
+    time = hardware.launch_overhead + max(compute, memory)
+    return GroupCost(
+        kind=kind,
+        ops=len(body.ops),
+        bytes_read=bytes_read,
+        bytes_written=bytes_written,
+        flops=tensor_flops + other_flops,
+        recomputed_flops=recomputed,
+        registers_per_thread=int(registers),
+        shared_memory_bytes=int(shared),
+        compute_seconds=compute,
+        time_seconds=time,
+    )
+
+
+def external_inputs(ops: Iterable[Operation], members: set[Operation]) -> list[Value]:
+    """Values the ops read that are defined outside them, in first-use order."""
+    seen: dict[Value, None] = {}
+    for op in ops:
+        for v in op.operands:
+            if v.defining_op not in members and v not in seen:
+                seen[v] = None
+    return list(seen)
+
+
+def escaping_results(ops: Iterable[Operation], members: set[Operation]) -> list[Value]:
+    """Results used outside the ops (by other ops or a terminator)."""
+    return [r for op in ops for r in op.results if any(user not in members for user in r.users)]
+
+
+def estimate_ops(ops: Sequence[Operation], hardware: Hardware, kind: str | None = None, outputs: Sequence[Value] | None = None) -> GroupCost:
+    """Cost of a candidate group made of these top-level ops (program order).
+
+    Its inputs are the values the ops read from outside, its outputs the
+    results used outside (or `outputs`, for ops not yet in the IR)."""
+    members = set(ops)
+    body = _Body(ops, external_inputs(ops, members), escaping_results(ops, members) if outputs is None else outputs)
+    return _estimate(body, kind or infer_kind(body.ops), hardware)
+
+
+def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_input_bytes: int = 0) -> GroupCost:
+    """One launch running independent parts side by side: traffic and work
+    add up, registers and shared memory are those of the hungriest part."""
+    bytes_read = sum(p.bytes_read for p in parts) - shared_input_bytes
+    bytes_written = sum(p.bytes_written for p in parts)
+    compute = sum(p.compute_seconds for p in parts)
+    memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
+    return GroupCost(
+        kind="horizontal",
+        ops=sum(p.ops for p in parts),
+        bytes_read=bytes_read,
+        bytes_written=bytes_written,
+        flops=sum(p.flops for p in parts),
+        recomputed_flops=sum(p.recomputed_flops for p in parts),
+        registers_per_thread=max(p.registers_per_thread for p in parts),
+        shared_memory_bytes=max(p.shared_memory_bytes for p in parts),
+        compute_seconds=compute,
+        time_seconds=hardware.launch_overhead + max(memory, compute),
+    )
+
+
+def estimate_group(group: Operation, hardware: Hardware) -> GroupCost:
+    """Cost of a materialised `fusion.group` (the tiler's entry point)."""
+    kind = group.attr("kind")
+    free = {arg for arg, value in zip(group.body.args, group.operands) if is_free_input(value)}
+    if kind == "horizontal":
+        from .parts import horizontal_parts
+
+        parts = horizontal_parts(group)
+        costs = []
+        for part_kind, ops in parts:
+            members = set(ops)
+            body = _Body(ops, external_inputs(ops, members), [v for v in group.yield_op.operands if v.defining_op in members], free)
+            costs.append(_estimate(body, part_kind, hardware))
+        read = {v for _, ops in parts for v in external_inputs(ops, set(ops)) if v not in free}
+        total_read = sum(byte_size(v) for v in read)
+        return combine_horizontal(costs, hardware, shared_input_bytes=sum(c.bytes_read for c in costs) - total_read)
+    body = _Body(group.body_ops(), group.body.args, group.yield_op.operands, free)
+    return _estimate(body, kind, hardware)
+
+
+def estimate_registers(group: Operation, hardware: Hardware) -> int:
+    return estimate_group(group, hardware).registers_per_thread
+
+
+def estimate_shared_memory(group: Operation, hardware: Hardware) -> int:
+    return estimate_group(group, hardware).shared_memory_bytes
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+def check_limits(cost: GroupCost, hardware: Hardware) -> str | None:
+    """The first hardware limit `cost` breaks, as a phrase, or None."""
+    if cost.ops > hardware.max_ops_per_group:
+        return f"group would have {cost.ops} ops > {hardware.max_ops_per_group} (max ops per group on {hardware.name})"
+    if cost.registers_per_thread > hardware.registers_per_thread:
+        return f"est. {cost.registers_per_thread} registers/thread > {hardware.registers_per_thread}"
+    if cost.shared_memory_bytes > hardware.shared_memory_per_block:
+        return f"est. {format_kib(cost.shared_memory_bytes)} shared memory > {format_kib(hardware.shared_memory_per_block)} per block"
+    return None
+
+
+def decide(parts: Sequence[GroupCost], fused: GroupCost, hardware: Hardware, forced: bool = False) -> Decision:
+    """Whether to replace the kernels `parts` by the one kernel `fused`."""
+    separate = sum(p.time_seconds for p in parts)
+    saved_seconds = separate - fused.time_seconds
+    saved_bytes = sum(p.bytes_moved for p in parts) - fused.bytes_moved
+    limit = check_limits(fused, hardware)
+    if limit is None and saved_seconds <= 0:
+        limit_or_loss = (
+            f"not profitable: est. {format_time(fused.time_seconds)} fused vs {format_time(separate)} separate"
+            + (f" (recomputes {fused.recomputed_flops / 1e6:.1f} Mflop)" if fused.recomputed_flops else "")
+        )
+    else:
+        limit_or_loss = limit
+    if limit_or_loss is not None:
+        if forced:
+            return Decision(True, f"forced by fusion.force despite {limit_or_loss}", saved_seconds, saved_bytes, limit)
+        return Decision(False, limit_or_loss, saved_seconds, saved_bytes, limit)
+    return Decision(True, describe_saving(saved_bytes, len(parts) - 1, saved_seconds), saved_seconds, saved_bytes)
+
+
+def sibling_merge_saving(count: int, shared_input_bytes: int, reread_bytes: int, hardware: Hardware) -> float:
+    """Seconds saved by merging `count` sibling matmuls into one on
+    concatenated weights: count-1 launches and count-1 reads of the shared
+    input, minus writing and re-reading `reread_bytes` of results whose own
+    epilogues could otherwise have fused into their matmuls."""
+    launches = (count - 1) * hardware.launch_overhead
+    reads = (count - 1) * shared_input_bytes / hardware.memory_bandwidth
+    penalty = 2 * reread_bytes / hardware.memory_bandwidth
+    return launches + reads - penalty
+
+
+def describe_saving(saved_bytes: int, launches: int, saved_seconds: float) -> str:
+    parts = []
+    if saved_bytes > 0:
+        parts.append(f"{format_bytes(saved_bytes)} of memory traffic")
+    if launches > 0:
+        parts.append(f"{launches} launch{'es' * (launches != 1)}")
+    what = " and ".join(parts) if parts else "nothing measurable"
+    return f"saves {what} (est. {format_time(saved_seconds)})"
+
+
+__all__ = [
+    "AttentionTile",
+    "infer_kind",
+    "Decision",
+    "FLOPS_PER_ELEMENT",
+    "GroupCost",
+    "MatmulTile",
+    "attention_tile",
+    "check_limits",
+    "combine_horizontal",
+    "decide",
+    "estimate_group",
+    "estimate_ops",
+    "estimate_registers",
+    "estimate_shared_memory",
+    "format_bytes",
+    "format_kib",
+    "format_time",
+    "matmul_tile",
+    "sibling_merge_saving",
+]

@@ -1,0 +1,241 @@
+"""`fuse`: partition every function into fusion groups, one kernel each.
+
+    fusecc-opt model.ir -p 'fuse{target=h200}' [--explain-fusion]
+
+runs the fusion phases below on one plan per function and materialises
+the plan as `fusion.group` ops. Each phase is also a pass of its own
+(`fuse-attention`, `fuse-matmul`, `fuse-reductions`, `fuse-elementwise`,
+`fuse-horizontal`) that groups only what it fuses; each can be switched off
+in `fuse` (`fuse{horizontal=false}`). Existing groups in the input are kept
+as they are and renumbered, so golden tests can start from fused IR.
+
+Phases, in order of precedence (an earlier phase claims ops first because
+its pattern saves more per op):
+
+1. attention (`attention.py`): raise op-by-op attention to
+   `tensor.attention`; group it with its head split and merge;
+2. sibling matmuls (`siblings.py`, part of horizontal fusion): matmuls
+   sharing an input become one matmul on concatenated weights;
+3. matmul (`matmul.py`): epilogues (bias, scale, activation, residual,
+   cast) and cheap prologues join their matmul;
+4. reduction (`reduction.py`): row-wise reductions with their elementwise
+   prologue and epilogue, so softmax/layernorm/rmsnorm become one group;
+5. elementwise (`elementwise.py`): producer→consumer chains, broadcasts,
+   multi-use producers (duplicated when cheap, else multi-output);
+6. horizontal (`horizontal.py`): independent same-kind, same-shape groups
+   share one launch.
+
+Every decision goes through the cost model (`cost_model.py`), which refuses
+fusions that break a hardware limit and fusions that do not pay; with
+`--explain-fusion` each op gets a remark saying which group it joined and
+what that saves, or what it was not fused with and why.
+
+Contract with the lowerings (loops, CPU, CUDA)
+----------------------------------------------
+After `fuse`:
+
+* Every tensor op except `tensor.constant` is inside exactly one
+  `fusion.group`; ops left alone get a singleton group of their natural
+  kind. The number of groups is the kernel count. Constants stay at
+  function level; splat constants are also cloned into the groups that
+  read them, so they are never group inputs.
+* Group `id`s are dense, in program order, from 0 across the module; remarks
+  say `group N`. Groups are placed in dependence order.
+* A group's operands are its inputs (read from memory), its results its
+  outputs (written once); every other value in its body is an intermediate
+  that the lowering keeps in registers or shared memory.
+* Bodies, by kind:
+  - `elementwise`: only Elementwise/Broadcasting/Injective ops (and splat
+    constants). The lowering evaluates each output over its own shape as an
+    index expression: broadcasts and layout ops remap indices, values read
+    at more points than they have are recomputed (the cost model charged
+    that). Outputs usually share one iteration shape.
+  - `injective`: a single layout op.
+  - `reduction`: a row-wise computation over a row space `R + I` (I: the
+    reduced trailing axes of the first reduction or normalising composite).
+    Prologue: Elementwise/Injective ops computing reduction inputs from
+    group inputs. One or more reductions over the trailing axes of
+    full-row values (`reduce_*`, and composite softmax (last axis),
+    layernorm, rmsnorm as they are). Epilogue: Elementwise ops whose results
+    are full rows (`R + I`) or reduced rows (`R + 1…1` or `R`), reshapes
+    between reduced forms, and `broadcast_to` of reduced rows to full rows.
+    A thread block owns whole rows.
+  - `matmul`: exactly one `tensor.matmul` (batched allowed). Prologue: ops
+    that compute the matmul's operands or the epilogue's side inputs from
+    group inputs only — layout ops (transpose, the concatenation of sibling
+    weights or biases) and elementwise ops of at most one flop per element
+    that do not enlarge their input. Epilogue: Elementwise ops on the
+    matmul result shape, each reading the running result and side inputs
+    (bias, residual, scales) broadcast to that shape. The tiled kernel
+    applies the epilogue to its accumulator tile and stores once.
+  - `attention`: exactly one `tensor.attention` (op-by-op chains are raised
+    into it, scale and mask included), plus layout ops (slice, reshape,
+    transpose) computing its operands from group inputs (head split) and a
+    chain of layout ops on its result (head merge), nothing else. The
+    lowering never materialises the S×T scores.
+  - `horizontal`: independent parts with no dataflow between them, each a
+    valid group of another kind. Parts are the connected components of the
+    body's op-to-op dataflow, in body order; the `fusion.parts` attribute
+    lists their kinds (`parts.horizontal_parts(group)` returns
+    (kind, ops) pairs).
+  - `opaque`: a single op that no rule fuses.
+* `cost_model.estimate_group(group, hardware)` gives the model's bytes,
+  flops, registers per thread, shared memory and time for any group;
+  `matmul_tile` and `attention_tile` the tiles it assumed.
+
+Users steer fusion with discardable attributes on ops: `fusion.forbid =
+true` keeps an op out of every multi-op group; `fusion.force = true` fuses
+it even where the cost model would refuse (never where fusion is illegal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fusecc.compiler.diagnostics import error
+from fusecc.compiler.hardware import Hardware, hardware
+from fusecc.compiler.ir import Operation
+from fusecc.compiler.pass_manager import Pass, PassContext
+from fusecc.dialects.fusion import GroupOp
+
+from .attention import plan_attention, raise_attention
+from .elementwise import plan_elementwise
+from .horizontal import plan_horizontal
+from .matmul import merge_prologues, plan_matmul
+from .partition import FusionLog, Partition, flatten_groups, materialize, value_names
+from .reduction import plan_reductions
+from .siblings import merge_sibling_matmuls
+
+PHASES = ("attention", "matmul", "reduction", "elementwise", "horizontal")
+
+
+@dataclass
+class FusionResult:
+    groups: list[GroupOp]
+    logs: list[tuple[FusionLog, list[GroupOp]]]  # per function
+
+    def emit_remarks(self, diagnostics) -> None:
+        for log, groups in self.logs:
+            log.emit(diagnostics, groups)
+
+
+def fuse_function(func: Operation, hw: Hardware, enabled: set[str], group_everything: bool, first_id: int, names: bool = True) -> tuple[list[GroupOp], FusionLog]:
+    log = FusionLog(hw)
+    if names:  # the remarks' `%7`, as the user sees the input; costs a print
+        log.names = value_names(func)
+    block = func.body
+    existing = flatten_groups(block)
+    protected = {op for _, ops in existing for op in ops}
+    if "attention" in enabled:
+        raise_attention(block, log, protected)
+    if "horizontal" in enabled:
+        merge_sibling_matmuls(block, log, protected)
+    partition = Partition(block, hw, log, existing)
+    if "attention" in enabled:
+        plan_attention(partition)
+    if "matmul" in enabled:
+        plan_matmul(partition)
+    if "reduction" in enabled:
+        plan_reductions(partition)
+    if "elementwise" in enabled:
+        plan_elementwise(partition)
+    if "matmul" in enabled:
+        merge_prologues(partition)
+    if "horizontal" in enabled:
+        plan_horizontal(partition)
+    return materialize(partition, group_everything, first_id), log
+
+
+def fuse_module(module: Operation, hw: Hardware, enabled=PHASES, group_everything: bool = True, explain: bool = True) -> FusionResult:
+    """Fuse every function of `module` in place. With `explain`, the log
+    names values as the printer would (for remarks and reports)."""
+    result = FusionResult([], [])
+    for func in [op for op in module.body if op.name == "func.func"]:
+        groups, log = fuse_function(func, hw, set(enabled), group_everything, len(result.groups), explain)
+        result.groups.extend(groups)
+        result.logs.append((log, groups))
+    return result
+
+
+@dataclass(frozen=True)
+class FusionPass(Pass):
+    """Shared driver of `fuse` and the single-phase passes."""
+
+    target: str = ""
+    anchor: ClassVar[str] = "builtin.module"
+    group_everything: ClassVar[bool] = False
+
+    def enabled(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def run(self, op: Operation, context: PassContext) -> None:
+        name = self.target or context.target
+        try:
+            hw = hardware(name)
+        except ValueError as exc:
+            raise error(op.location, f"pass '{self.name}': {exc}") from None
+        result = fuse_module(op, hw, self.enabled(), self.group_everything, explain=context.explain)
+        context.statistics[f"{self.name}.groups"] = len(result.groups)
+        if context.explain:
+            result.emit_remarks(context.diagnostics)
+
+
+@dataclass(frozen=True)
+class Fuse(FusionPass):
+    name: ClassVar[str] = "fuse"
+    summary: ClassVar[str] = "partition every function into fusion groups (one kernel each), driven by the cost model"
+    group_everything: ClassVar[bool] = True
+    attention: bool = True
+    matmul: bool = True
+    reduction: bool = True
+    elementwise: bool = True
+    horizontal: bool = True
+
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(phase for phase in PHASES if getattr(self, phase))
+
+
+@dataclass(frozen=True)
+class FuseAttention(FusionPass):
+    name: ClassVar[str] = "fuse-attention"
+    summary: ClassVar[str] = "raise op-by-op attention to tensor.attention and group it with its head split/merge"
+
+    def enabled(self):
+        return ("attention",)
+
+
+@dataclass(frozen=True)
+class FuseMatmul(FusionPass):
+    name: ClassVar[str] = "fuse-matmul"
+    summary: ClassVar[str] = "group each matmul with its elementwise epilogue and cheap prologue"
+
+    def enabled(self):
+        return ("matmul",)
+
+
+@dataclass(frozen=True)
+class FuseReductions(FusionPass):
+    name: ClassVar[str] = "fuse-reductions"
+    summary: ClassVar[str] = "group row-wise reductions with their elementwise prologue and epilogue"
+
+    def enabled(self):
+        return ("reduction",)
+
+
+@dataclass(frozen=True)
+class FuseElementwise(FusionPass):
+    name: ClassVar[str] = "fuse-elementwise"
+    summary: ClassVar[str] = "group elementwise and layout producer-consumer chains"
+
+    def enabled(self):
+        return ("elementwise",)
+
+
+@dataclass(frozen=True)
+class FuseHorizontal(FusionPass):
+    name: ClassVar[str] = "fuse-horizontal"
+    summary: ClassVar[str] = "merge sibling matmuls on concatenated weights; give independent same-shape groups one launch"
+
+    def enabled(self):
+        return ("horizontal",)

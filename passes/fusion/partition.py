@@ -1,0 +1,560 @@
+"""The planning state every fusion phase works on.
+
+A `Partition` divides the fusable tensor ops of one function block into
+clusters; each cluster becomes one `fusion.group` (one kernel) when the
+partition is materialised. Phases only ever grow clusters in ways that keep
+the partition legal (every group can be placed in the block without a
+cycle):
+
+* a cluster may absorb a producer whose users are all inside it (prologue);
+* a cluster may absorb its users one at a time in program order, stopping at
+  the first one it refuses (`grow`). Then every user outside a cluster comes
+  after the cluster's last op, so clusters ordered by their last op are in
+  dependence order and no merge of this kind can close a cycle;
+* horizontal merges (independent clusters) happen last, between clusters at
+  the same depth of the cluster graph, which cannot depend on each other.
+
+Every refusal is logged with its reason; `FusionLog.emit` turns the log and
+the final groups into remarks.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.diagnostics import Location, fuse_locations
+from fusecc.compiler.hardware import Hardware
+from fusecc.compiler.ir import Block, Operation, Region, Value
+from fusecc.compiler.printer import Printer
+from fusecc.compiler.traits import FUSION_CLASSES, ConstantLike, Elementwise, Injective, Terminator
+from fusecc.dialects.fusion import GroupOp, YieldOp
+
+from . import cost_model as cm
+
+# Kinds whose growth by an elementwise op changes only registers and op count.
+QUICK_KINDS = ("elementwise", "injective", "matmul")
+
+FORBID = "fusion.forbid"
+FORCE = "fusion.force"
+PARTS = "fusion.parts"
+
+
+def flag(op: Operation, name: str) -> bool:
+    """A discardable boolean attribute such as `fusion.forbid = true`."""
+    value = op.attributes.get(name)
+    return isinstance(value, A.UnitAttr) or (isinstance(value, A.BoolAttr) and value.value)
+
+
+def is_fusable(op: Operation) -> bool:
+    """Tensor ops with a fusion class; constants stay outside groups."""
+    return not op.has_trait(ConstantLike) and any(op.has_trait(t) for t in FUSION_CLASSES)
+
+
+def is_elementwise_like(op: Operation) -> bool:
+    return op.has_trait(Elementwise) or op.has_trait(Injective)
+
+
+def article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def value_names(func: Operation) -> dict[Value, str]:
+    """The names the printer gives the function's values (`%x`, `%7`), so that
+    remarks name ops the way the user sees them."""
+    printer = Printer()
+    printer.print_func_func(func, 0)
+    return {value: "%" + name for value, name in printer.names.names.items()}
+
+
+# --------------------------------------------------------------------------- the log
+
+
+@dataclass
+class Refusal:
+    op: Operation
+    partner: Operation | None
+    reason: str
+    structural: bool  # the ops' kinds cannot share a group (not a cost decision)
+    partner_feeds_op: bool  # dataflow goes partner -> op (else op -> partner)
+
+
+class FusionLog:
+    """Decisions of one pass run, kept until group numbers are known."""
+
+    def __init__(self, hardware: Hardware):
+        self.hardware = hardware
+        self.names: dict[Value, str] = {}
+        self.refusals: list[Refusal] = []
+        self._seen: set[tuple] = set()
+        # (location, text with {group} and {kind} placeholders, op whose group fills them)
+        self.notes: list[tuple[Location, str, Operation | None]] = []
+        self.duplicated: dict[Operation, Operation] = {}  # clone -> original
+        self.created: set[Operation] = set()  # made by a rewrite; notes explain them
+
+    def name(self, op: Operation | None) -> str:
+        """`%7` as the user wrote it, or a description of an op a rewrite made."""
+        if op is None:
+            return "?"
+        if op.results and op.results[0] in self.names:
+            return self.names[op.results[0]]
+        position = op.location.file_line_col()
+        return f"the {op.name} at line {position.line}" if position else f"a {op.name}"
+
+    def refuse(self, op: Operation, partner: Operation | None, reason: str, structural: bool = False) -> None:
+        key = (op, partner, reason)
+        if key not in self._seen:
+            self._seen.add(key)
+            feeds = partner is not None and any(v.defining_op is partner for v in op.operands)
+            self.refusals.append(Refusal(op, partner, reason, structural, feeds))
+
+    def note(self, location: Location, text: str, op: Operation | None = None) -> None:
+        self.notes.append((location, text, op))
+
+    def emit(self, diagnostics, groups: list[GroupOp]) -> None:
+        """Remarks for every decision, in source order."""
+        where: dict[Operation, GroupOp] = {}
+        for group in groups:
+            for op in group.body_ops():
+                where[op] = group
+        remarks: list[tuple[Location, str]] = []
+
+        def label(group: GroupOp | None) -> str:
+            return f"group {group.attr('id')} ({group.attr('kind')})" if group is not None else "no group"
+
+        for location, text, op in self.notes:
+            remarks.append((location, text.format(group=label(where.get(op)))))
+        refused = set()
+        for r in self.refusals:
+            refused.add(r.op)
+            remarks.append((r.op.location, f"not fused with {self.name(r.partner)}: {r.reason}"))
+        for group in groups:
+            body = group.body_ops()
+            yielded = set(group.yield_op.operands)
+            computing = [op for op in body if not op.has_trait(ConstantLike)]
+            for op in computing:
+                if op in self.duplicated or op in self.created:
+                    continue
+                if len(computing) == 1:
+                    text = f"alone in {label(group)}"
+                    if op not in refused:
+                        text += ": no fusible producer or consumer"
+                    remarks.append((op.location, text))
+                    continue
+                saved = 0
+                for r in op.results:
+                    inside = sum(1 for u in r.users if u.parent is group.body and u is not group.yield_op)
+                    saved += cm.byte_size(r) * ((0 if r in yielded else 1) + inside)
+                text = f"fused into {label(group)}"
+                if saved:
+                    text += f": saves {cm.format_bytes(saved)} of memory traffic"
+                remarks.append((op.location, text))
+            for clone, original in self.duplicated.items():
+                if where.get(clone) is group:
+                    remarks.append((original.location, f"duplicated into {label(group)}: recomputing it is cheaper than storing it"))
+        for location, text in sorted(remarks, key=lambda item: _sort_key(item[0])):
+            diagnostics.remark(location, text)
+
+
+def _sort_key(location: Location):
+    position = location.file_line_col()
+    return (0, position.file, position.line, position.col) if position else (1, "", 0, 0)
+
+
+# --------------------------------------------------------------------------- clusters
+
+
+class Cluster:
+    """Ops that will become one group. `kind` is a `fusion.group` kind."""
+
+    __slots__ = ("ops", "kind", "parts", "last", "fixed", "dead", "space", "bound", "_cost")
+
+    def __init__(self, ops: list[Operation], kind: str, last: float, fixed: bool = False):
+        self.ops = ops
+        self.kind = kind
+        self.parts: list[tuple[str, list[Operation]]] | None = None  # horizontal only
+        self.last = last  # position of the last op
+        self.fixed = fixed  # came from a group in the input: grows no further
+        self.dead = False  # merged into another cluster
+        self.space = None  # phase data, e.g. a reduction's row space
+        self.bound: int | None = None  # upper bound on registers/thread, kept cheaply while growing
+        self._cost: cm.GroupCost | None = None
+
+    def __repr__(self) -> str:
+        return f"<cluster {self.kind} {[op.name for op in self.ops]}>"
+
+
+def _natural_kind(op: Operation) -> str:
+    return cm.infer_kind([op])
+
+
+# --------------------------------------------------------------------------- the partition
+
+
+class Partition:
+    """Clusters over the ops of one function block, plus planning helpers."""
+
+    def __init__(self, block: Block, hardware: Hardware, log: FusionLog, existing: Iterable[tuple[str, list[Operation]]] = ()):
+        self.block = block
+        self.hardware = hardware
+        self.log = log
+        self.position: dict[Operation, float] = {}
+        for index, op in enumerate(block):
+            self.position[op] = float(index)
+        self.cluster_of: dict[Operation, Cluster] = {}
+        self.clusters: list[Cluster] = []
+        self._copies: dict[Operation, int] = {}
+        for kind, ops in existing:
+            ops = [op for op in ops if op in self.position]
+            if ops:
+                cluster = self.new_cluster(ops, kind)
+                cluster.fixed = True
+
+    # --- queries -------------------------------------------------------------
+    def ops(self) -> list[Operation]:
+        """Fusable ops in program order."""
+        return [op for op in self.block if is_fusable(op)]
+
+    def free(self, op: Operation) -> bool:
+        """Fusable, not yet in a cluster."""
+        return op in self.position and op not in self.cluster_of and is_fusable(op)
+
+    def users_outside(self, ops: Iterable[Operation], members) -> list[Operation]:
+        out: dict[Operation, None] = {}
+        for op in ops:
+            for r in op.results:
+                for user in r.users:
+                    if user not in members:
+                        out[user] = None
+        return list(out)
+
+    # --- clusters ------------------------------------------------------------
+    def new_cluster(self, ops: list[Operation], kind: str | None = None) -> Cluster:
+        kind = kind or cm.infer_kind(ops)
+        cluster = Cluster(list(ops), kind, max(self.position[op] for op in ops))
+        for op in ops:
+            self.cluster_of[op] = cluster
+        self.clusters.append(cluster)
+        return cluster
+
+    def remove(self, cluster: Cluster) -> None:
+        cluster.dead = True
+        self.clusters.remove(cluster)
+
+    def add(self, cluster: Cluster, ops: Iterable[Operation]) -> None:
+        for op in ops:
+            cluster.ops.append(op)
+            self.cluster_of[op] = cluster
+            cluster.last = max(cluster.last, self.position[op])
+        if cluster.kind == "injective":
+            cluster.kind = "elementwise"
+        cluster._cost = None
+        cluster.bound = None
+
+    def sorted_ops(self, cluster: Cluster) -> list[Operation]:
+        return sorted(cluster.ops, key=self.position.__getitem__)
+
+    def cost(self, cluster: Cluster) -> cm.GroupCost:
+        if cluster._cost is None:
+            cluster._cost = cm.estimate_ops(self.sorted_ops(cluster), self.hardware, cluster.kind)
+        return cluster._cost
+
+    def duplicate(self, op: Operation) -> Operation:
+        """A copy of `op` right after it, for one consumer to own. Its position
+        lies between the original's and the next op's."""
+        clone = op.clone({})
+        self.block.insert_after(clone, op)
+        copies = self._copies.get(op, 0) + 1
+        self._copies[op] = copies
+        self.position[clone] = self.position[op] + 0.5 - 0.5 / (copies + 1)
+        self.log.duplicated[clone] = self.log.duplicated.get(op, op)
+        return clone
+
+    # --- decisions -------------------------------------------------------------
+    def absorb(self, cluster: Cluster, ops: list[Operation], partner: Operation | None, quick: bool = False) -> bool:
+        """Add `ops` (all free) to `cluster` if nothing forbids it and the cost
+        model agrees. `quick` says the caller knows the addition introduces no
+        recomputation, so only the cheap limit checks are needed."""
+        for op in ops:
+            if flag(op, FORBID):
+                self.log.refuse(op, partner, "fusion.forbid is set on it")
+                return False
+        if any(flag(op, FORBID) for op in cluster.ops):
+            blocker = next(op for op in cluster.ops if flag(op, FORBID))
+            self.log.refuse(ops[0], partner, f"fusion.forbid is set on {self.log.name(blocker)}")
+            return False
+        forced = any(flag(op, FORCE) for op in ops) or (partner is not None and flag(partner, FORCE))
+        hw = self.hardware
+        if quick and cluster.kind in QUICK_KINDS and len(cluster.ops) + len(ops) <= hw.max_ops_per_group:
+            bound = self._register_bound(cluster, ops)
+            if bound <= hw.registers_per_thread:
+                self.add(cluster, ops)
+                cluster.bound = bound
+                return True
+        merged_ops = sorted([*cluster.ops, *ops], key=self.position.__getitem__)
+        merged = cm.estimate_ops(merged_ops, self.hardware, cluster.kind)
+        parts = [self.cost(cluster)] + [cm.estimate_ops(sorted(ops, key=self.position.__getitem__), self.hardware)]
+        decision = cm.decide(parts, merged, self.hardware, forced)
+        if not decision.fuse:
+            self.log.refuse(ops[0], partner, decision.reason)
+            return False
+        if forced and decision.reason.startswith("forced"):
+            self.log.note(ops[0].location, f"{{group}}: {decision.reason}", ops[0])
+        self.add(cluster, ops)
+        cluster._cost = merged
+        cluster.bound = merged.registers_per_thread
+        return True
+
+    def merge(self, cluster: Cluster, other: Cluster, partner: Operation | None) -> bool:
+        """Merge the whole of `other` into `cluster` if the cost model agrees
+        (the caller has checked that the merge is legal)."""
+        ops = self.sorted_ops(other)
+        if any(flag(op, FORBID) for op in (*ops, *cluster.ops)):
+            blocker = next(op for op in (*ops, *cluster.ops) if flag(op, FORBID))
+            self.log.refuse(ops[-1], partner, f"fusion.forbid is set on {self.log.name(blocker)}")
+            return False
+        forced = any(flag(op, FORCE) for op in ops) or (partner is not None and flag(partner, FORCE))
+        merged = cm.estimate_ops(sorted([*cluster.ops, *ops], key=self.position.__getitem__), self.hardware, cluster.kind)
+        decision = cm.decide([self.cost(cluster), self.cost(other)], merged, self.hardware, forced)
+        if not decision.fuse:
+            self.log.refuse(ops[-1], partner, decision.reason)
+            return False
+        if forced and decision.reason.startswith("forced"):
+            self.log.note(ops[-1].location, f"{{group}}: {decision.reason}", ops[-1])
+        self.remove(other)
+        self.add(cluster, ops)
+        cluster._cost = merged
+        return True
+
+    def _register_bound(self, cluster: Cluster, ops: list[Operation]) -> int:
+        """An upper bound on the registers per thread of `cluster` plus `ops`:
+        the last exact estimate, plus for every added op two pointers and a
+        live value for each operand it reads from outside and each result."""
+        if cluster.bound is None:
+            cluster.bound = self.cost(cluster).registers_per_thread
+        hw = self.hardware
+        members = self.cluster_of
+        added = 0
+        for op in ops:
+            outside = sum(1 for v in op.operands if members.get(v.defining_op) is not cluster and not cm.is_free_input(v))
+            added += outside + len(op.results)
+        per_value = (cm.REGISTERS_PER_POINTER + 2) if hw.is_gpu else 2 * hw.warp_size
+        return cluster.bound + added * per_value
+
+    # --- growth ----------------------------------------------------------------
+    def absorb_producers(self, cluster: Cluster, admit: Callable[[Cluster, Operation], str | None], limit: int = 64) -> None:
+        """Pull in free producers whose every user is already in the cluster
+        (a prologue), transitively, as far as `admit` and the cost model allow."""
+        stack = [v.defining_op for op in cluster.ops for v in op.operands if v.defining_op is not None]
+        seen: set[Operation] = set()
+        while stack and limit > 0:
+            producer = stack.pop()
+            if producer in seen or not self.free(producer):
+                continue
+            seen.add(producer)
+            if any(user not in self.cluster_of or self.cluster_of[user] is not cluster for r in producer.results for user in r.users):
+                continue
+            if admit(cluster, producer) is not None:
+                continue
+            partner = next(u for r in producer.results for u in r.users)
+            if self.absorb(cluster, [producer], partner):
+                limit -= 1
+                stack.extend(v.defining_op for v in producer.operands if v.defining_op is not None)
+
+    def grow(self, cluster: Cluster, admit: Callable[[Cluster, Operation], str | None], quick: Callable[[Cluster, Operation], bool] = lambda c, o: False) -> None:
+        """Absorb the cluster's users one at a time in program order.
+
+        Stops at the first user it cannot take (structurally, or by the cost
+        model): every user left outside then comes after the cluster's last
+        op, which is what keeps later phases free of cycles."""
+        members = self.cluster_of
+        pending: list[tuple[float, int, Operation]] = []
+        queued: set[Operation] = set()
+
+        def push_users(op: Operation) -> None:
+            for r in op.results:
+                for user in r.users:
+                    if members.get(user) is not cluster and user not in queued:
+                        queued.add(user)
+                        heapq.heappush(pending, (self.position.get(user, float("inf")), id(user), user))
+
+        for op in list(cluster.ops):
+            push_users(op)
+        while pending:
+            _, _, user = heapq.heappop(pending)
+            if user.has_trait(Terminator):
+                return
+            partner = self._producer_in_cluster(user, cluster)
+            if not self.free(user):
+                owner = self.cluster_of.get(user)
+                if owner is not None and is_fusable(user):
+                    self.log.refuse(user, partner, f"it is already in {article(owner.kind)} {owner.kind} group", structural=True)
+                return
+            reason = admit(cluster, user)
+            if reason is not None:
+                self.log.refuse(user, partner, reason, structural=True)
+                return
+            if not self.absorb(cluster, [user], partner, quick=quick(cluster, user)):
+                return
+            push_users(user)
+
+    def _producer_in_cluster(self, op: Operation, cluster: Cluster) -> Operation | None:
+        for v in op.operands:
+            d = v.defining_op
+            if d is not None and self.cluster_of.get(d) is cluster:
+                return d
+        return None
+
+    # --- cluster graph ---------------------------------------------------------
+    def depths(self) -> dict[object, int]:
+        """Longest-path depth of every unit (cluster, or op outside clusters)
+        in the graph of units."""
+        order, predecessors = unit_graph(self, set(self.clusters))
+        depth: dict[object, int] = {}
+        for unit in order:
+            depth[unit] = max((depth[p] + 1 for p in predecessors[unit]), default=0)
+        return depth
+
+
+# --------------------------------------------------------------------------- groups in and out
+
+
+def flatten_groups(block: Block) -> list[tuple[str, list[Operation]]]:
+    """Inline every top-level `fusion.group` back into `block`.
+
+    Returns (kind, ops) for each former group so that it can be planned as a
+    cluster and materialised again."""
+    former = []
+    for group in [op for op in block if isinstance(op, GroupOp)]:
+        mapping: dict[Value, Value] = dict(zip(group.body.args, group.operands))
+        ops = []
+        for op in group.body_ops():
+            clone = op.clone(mapping)
+            block.insert_before(clone, group)
+            if is_fusable(clone):
+                ops.append(clone)
+        for result, value in zip(group.results, group.yield_op.operands):
+            result.replace_all_uses_with(mapping.get(value, value))
+        group.erase()
+        former.append((group.attr("kind"), ops))
+    return former
+
+
+def unit_graph(partition: Partition, chosen: set[Cluster]) -> tuple[list[object], dict[object, set[object]]]:
+    """Units (chosen clusters, other ops but constants) in dependence order,
+    each as early as its first op allows (Kahn's algorithm keyed by program
+    position), and each unit's predecessors."""
+    unit_ops: dict[object, list[Operation]] = {}
+    first: dict[object, float] = {}
+    for op in partition.block:
+        if op.has_trait(Terminator) or op.has_trait(ConstantLike):
+            continue
+        cluster = partition.cluster_of.get(op)
+        unit = cluster if cluster in chosen else op
+        unit_ops.setdefault(unit, []).append(op)
+        first.setdefault(unit, partition.position.get(op, float(len(first))))
+    owner: dict[Operation, object] = {op: unit for unit, ops in unit_ops.items() for op in ops}
+    predecessors: dict[object, set[object]] = {}
+    successors: dict[object, list[object]] = {unit: [] for unit in unit_ops}
+    for unit, ops in unit_ops.items():
+        preds = {owner[v.defining_op] for op in ops for v in op.operands if v.defining_op in owner} - {unit}
+        predecessors[unit] = preds
+        for p in preds:
+            successors[p].append(unit)
+    indegree = {unit: len(preds) for unit, preds in predecessors.items()}
+    ready = [(first[u], n, u) for n, u in enumerate(unit_ops) if indegree[u] == 0]
+    heapq.heapify(ready)
+    order = []
+    counter = len(unit_ops)
+    while ready:
+        _, _, unit = heapq.heappop(ready)
+        order.append(unit)
+        for s in successors[unit]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                counter += 1
+                heapq.heappush(ready, (first[s], counter, s))
+    if len(order) != len(unit_ops):
+        raise RuntimeError("fusion produced a cycle between groups")
+    return order, predecessors
+
+
+def materialize(partition: Partition, group_everything: bool, first_id: int) -> list[GroupOp]:
+    """Rebuild the block: constants first, then every chosen cluster as a
+    `fusion.group` (and other ops as they are) in dependence order. With
+    `group_everything`, every fusable op ends up in a group."""
+    block = partition.block
+    if group_everything:
+        for op in partition.ops():
+            if op not in partition.cluster_of:
+                partition.new_cluster([op], _natural_kind(op))
+    chosen = {c for c in partition.clusters if group_everything or c.fixed or len(c.ops) > 1 or c.kind in ("attention", "horizontal")}
+    order, _ = unit_graph(partition, chosen)
+    terminator = block.last_op if block.last_op is not None and block.last_op.has_trait(Terminator) else None
+    constants = [op for op in block if op.has_trait(ConstantLike)]
+    for op in list(block):
+        if op is not terminator:
+            op.detach()
+    for op in constants:
+        _insert(block, op, terminator)
+    groups = []
+    for unit in order:
+        if isinstance(unit, Cluster):
+            group = _build_group(partition, unit, first_id + len(groups))
+            groups.append(group)
+            _insert(block, group, terminator)
+        else:
+            _insert(block, unit, terminator)
+    for op in constants:
+        if not any(r.has_uses() for r in op.results):
+            op.erase()
+    return groups
+
+
+def _insert(block: Block, op: Operation, terminator: Operation | None) -> None:
+    if terminator is None:
+        block.append(op)
+    else:
+        block.insert_before(op, terminator)
+
+
+def _build_group(partition: Partition, cluster: Cluster, group_id: int) -> GroupOp:
+    ops = partition.sorted_ops(cluster)
+    members = set(ops)
+    body = Block()
+    arguments: dict[Value, Value] = {}
+    splats: dict[Value, Value] = {}
+    for op in ops:
+        body.append(op)
+        for index, value in enumerate(op.operands):
+            producer = value.defining_op
+            if producer in members:
+                continue
+            if cm.is_splat_constant(value):
+                local = splats.get(value)
+                if local is None:
+                    clone = producer.clone({})
+                    if body.first_op is None:
+                        body.append(clone)
+                    else:
+                        body.insert_before(clone, body.first_op)
+                    local = splats[value] = clone.results[0]
+            else:
+                local = arguments.get(value)
+                if local is None:
+                    local = arguments[value] = body.add_argument(value.type)
+            op.set_operand(index, local)
+    outputs = [r for op in ops for r in op.results if any(user.parent is not body for user in r.users)]
+    terminator = YieldOp.create(outputs, result_types=[])
+    body.append(terminator)
+    attributes: dict[str, A.Attribute] = {"kind": A.StringAttr(cluster.kind), "id": A.IntegerAttr(group_id)}
+    if cluster.kind == "horizontal":
+        from .parts import component_kinds
+
+        attributes[PARTS] = A.ArrayAttr(tuple(A.StringAttr(k) for k in component_kinds(body)))
+    group = GroupOp(list(arguments), [r.type for r in outputs], attributes, [Region([body])], fuse_locations(op.location for op in ops))
+    for result, new in zip(outputs, group.results):
+        result.replace_uses_where(new, lambda user: user.parent is not body)
+    return group

@@ -1,0 +1,180 @@
+"""`fusecc explain` and `fusecc report`: fusion made observable.
+
+`explain` prints a remark for every fusion decision (the same remarks as
+`fusecc-opt -p fuse --explain-fusion`). `report` prints the seed's table 1.3
+for one program, before and after fusion, from the cost model of the
+target: kernel launches, modelled memory traffic, intermediate memory (the
+intermediate tensors that are written to memory), modelled time; then the
+groups with their kind and ops, and every chain left unfused with the
+reason the cost model gave.
+
+Both first run the passes that precede `fuse` at the `fused` emit level
+(`passes/pipelines.py`), so "unfused" means "one kernel per op of the
+program as it reaches fusion".
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+from fusecc.compiler.diagnostics import DiagnosticEngine
+from fusecc.compiler.hardware import Hardware, hardware
+from fusecc.compiler.ir import Operation
+from fusecc.compiler.pass_manager import PassContext, PassManager, PipelineError, parse_pipeline, run_pipeline
+from fusecc.compiler.traits import Terminator
+from fusecc.compiler.verifier import verify
+
+from .fusion import cost_model as cm
+from .fusion.fuse import Fuse, FusionResult, fuse_module
+from .fusion.partition import is_fusable
+from .pipelines import pipeline_for_level
+
+
+@dataclass
+class Totals:
+    kernels: int
+    bytes_moved: int
+    intermediate_bytes: int
+    time_seconds: float
+
+
+def _prepare(module: Operation, target: str, engine: DiagnosticEngine) -> None:
+    """Run what the `fused` level runs before `fuse` (canonicalize, cse)."""
+    try:
+        manager = parse_pipeline(pipeline_for_level("fused", target=target))
+    except PipelineError:
+        return  # a checkout without those passes yet: measure the program as written
+    before_fuse = PassManager(manager.anchor, [entry for entry in manager.entries if not isinstance(entry, Fuse)])
+    run_pipeline(before_fuse, module, PassContext(diagnostics=engine, target=target))
+
+
+def _fuse(module: Operation, target: str, engine: DiagnosticEngine) -> tuple[Hardware, Totals, FusionResult]:
+    hw = hardware(target)
+    _prepare(module, target, engine)
+    before = unfused_totals(module, hw)
+    result = fuse_module(module, hw)
+    verify(module)
+    return hw, before, result
+
+
+def _is_intermediate(value) -> bool:
+    return not any(user.has_trait(Terminator) and user.parent_op is not None and user.parent_op.name == "func.func" for user in value.users)
+
+
+def unfused_totals(module: Operation, hw: Hardware) -> Totals:
+    """Every fusable op as its own kernel."""
+    ops = [op for op in module.walk() if is_fusable(op)]
+    costs = [cm.estimate_ops([op], hw) for op in ops]
+    intermediate = sum(cm.byte_size(r) for op in ops for r in op.results if _is_intermediate(r))
+    return Totals(len(ops), sum(c.bytes_moved for c in costs), intermediate, sum(c.time_seconds for c in costs))
+
+
+def fused_totals(groups, hw: Hardware) -> tuple[Totals, list[cm.GroupCost]]:
+    costs = [cm.estimate_group(g, hw) for g in groups]
+    intermediate = sum(cm.byte_size(r) for g in groups for r in g.results if _is_intermediate(r))
+    totals = Totals(len(groups), sum(c.bytes_moved for c in costs), intermediate, sum(c.time_seconds for c in costs))
+    return totals, costs
+
+
+def report_data(module: Operation, target: str, engine: DiagnosticEngine) -> dict:
+    hw, before, result = _fuse(module, target, engine)
+    after, costs = fused_totals(result.groups, hw)
+    group_of = {op: g for g in result.groups for op in g.body_ops()}
+    rows = []
+    for group, cost in zip(result.groups, costs):
+        log = next(log for log, groups in result.logs if group in groups)
+        ops = [op for op in group.body_ops() if op.name != "tensor.constant"]
+        rows.append(
+            {
+                "id": group.attr("id"),
+                "kind": group.attr("kind"),
+                "ops": [op.name for op in ops],
+                "names": [log.name(op) for op in ops],
+                "bytes_moved": cost.bytes_moved,
+                "flops": cost.flops,
+                "registers_per_thread": cost.registers_per_thread,
+                "shared_memory_bytes": cost.shared_memory_bytes,
+                "time_seconds": cost.time_seconds,
+            }
+        )
+    unfused = []
+    for log, _ in result.logs:
+        for refusal in log.refusals:
+            if refusal.structural:
+                continue
+            mine, theirs = group_of.get(refusal.op), group_of.get(refusal.partner)
+            if mine is not None and mine is theirs:
+                continue  # fused in the end, by another route
+            producer, consumer = (theirs, refusal.partner), (mine, refusal.op)
+            if not refusal.partner_feeds_op:
+                producer, consumer = consumer, producer
+            unfused.append(
+                {
+                    "producer": log.name(producer[1]),
+                    "producer_group": producer[0].attr("id") if producer[0] is not None else None,
+                    "consumer": log.name(consumer[1]),
+                    "consumer_group": consumer[0].attr("id") if consumer[0] is not None else None,
+                    "reason": refusal.reason,
+                }
+            )
+    return {
+        "target": hw.name,
+        "arch": hw.arch,
+        "before": asdict(before),
+        "after": asdict(after),
+        "groups": rows,
+        "unfused": unfused,
+    }
+
+
+def _ratio(before: float, after: float, better: str) -> str:
+    if after <= 0:
+        return "all gone" if before > 0 else ""
+    ratio = before / after
+    return f"{ratio:.1f}x {better}" if ratio >= 1 else f"{1 / ratio:.1f}x worse"
+
+
+def _describe(op: str, name: str) -> str:
+    short = op.removeprefix("tensor.")
+    return f"{name} {short}" if name.startswith("%") else short
+
+
+def format_report(data: dict) -> str:
+    b, a = data["before"], data["after"]
+    lines = [f"fusion report for {data['target']} ({data['arch']}), from the cost model", ""]
+    lines.append(f"  {'':<24}{'unfused':>12}{'fused':>12}   change")
+    table = [
+        ("kernel launches", str(b["kernels"]), str(a["kernels"]), _ratio(b["kernels"], a["kernels"], "fewer")),
+        ("memory traffic", cm.format_bytes(b["bytes_moved"]), cm.format_bytes(a["bytes_moved"]), _ratio(b["bytes_moved"], a["bytes_moved"], "less")),
+        ("intermediate memory", cm.format_bytes(b["intermediate_bytes"]), cm.format_bytes(a["intermediate_bytes"]), _ratio(b["intermediate_bytes"], a["intermediate_bytes"], "less")),
+        ("modelled time", cm.format_time(b["time_seconds"]), cm.format_time(a["time_seconds"]), _ratio(b["time_seconds"], a["time_seconds"], "faster")),
+    ]
+    for label, before, after, change in table:
+        lines.append(f"  {label:<24}{before:>12}{after:>12}   {change}")
+    lines += ["", "groups:", f"  {'id':>3}  {'kind':<12}{'time':>10}{'traffic':>11}  ops"]
+    for g in data["groups"]:
+        ops = ", ".join(_describe(op, name) for op, name in zip(g["ops"], g["names"]))
+        lines.append(f"  {g['id']:>3}  {g['kind']:<12}{cm.format_time(g['time_seconds']):>10}{cm.format_bytes(g['bytes_moved']):>11}  {ops}")
+    lines += ["", "unfused chains:"]
+    if not data["unfused"]:
+        lines.append("  none: every candidate fusion was taken")
+    for u in data["unfused"]:
+        where = lambda name, gid: f"{name} (group {gid})" if gid is not None else name
+        lines.append(f"  {where(u['producer'], u['producer_group'])} -> {where(u['consumer'], u['consumer_group'])}: {u['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def report(module: Operation, target: str, as_json: bool = False, engine: DiagnosticEngine | None = None) -> str:
+    data = report_data(module, target, engine or DiagnosticEngine())
+    return json.dumps(data, indent=2) + "\n" if as_json else format_report(data)
+
+
+def explain(module: Operation, target: str, engine: DiagnosticEngine) -> int:
+    """Print every fusion decision as a remark on stdout, then a summary."""
+    engine.stream = sys.stdout
+    _, before, result = _fuse(module, target, engine)
+    result.emit_remarks(engine)
+    print(f"{before.kernels} ops in {len(result.groups)} groups on {target}")
+    return 0

@@ -1,0 +1,175 @@
+"""The cost model: its estimates and the decision function (seed 3.3)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fusecc.compiler.hardware import A100, CPU, H200
+from fusecc.compiler.parser import parse_module
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.fuse import fuse_module
+
+LINEAR_RELU = """
+func.func @f(%x: tensor<128x256xf32>, %w: tensor<256x512xf32>, %b: tensor<512xf32>) -> tensor<128x512xf32> {
+  %0 = tensor.matmul %x, %w : (tensor<128x256xf32>, tensor<256x512xf32>) -> tensor<128x512xf32>
+  %1 = tensor.add %0, %b : (tensor<128x512xf32>, tensor<512xf32>) -> tensor<128x512xf32>
+  %2 = tensor.relu %1 : (tensor<128x512xf32>) -> tensor<128x512xf32>
+  func.return %2 : tensor<128x512xf32>
+}
+"""
+
+
+def ops_of(text: str):
+    module = parse_module(text)
+    return module, [op for op in module.functions()[0].body if op.name.startswith("tensor.") and op.name != "tensor.constant"]
+
+
+def cost(**fields) -> cm.GroupCost:
+    base = dict(kind="elementwise", ops=2, bytes_read=4096, bytes_written=4096, flops=2048.0, recomputed_flops=0.0,
+                registers_per_thread=32, shared_memory_bytes=0, compute_seconds=1e-8, time_seconds=5e-6)
+    base.update(fields)
+    return cm.GroupCost(**base)
+
+
+# --------------------------------------------------------------------------- estimates
+
+
+def test_matmul_epilogue_group_reads_inputs_once_and_writes_once():
+    _, ops = ops_of(LINEAR_RELU)
+    fused = cm.estimate_ops(ops, H200)
+    assert fused.kind == "matmul"
+    assert fused.bytes_read == 4 * (128 * 256 + 256 * 512 + 512)
+    assert fused.bytes_written == 4 * 128 * 512
+    assert fused.flops == pytest.approx(2 * 128 * 512 * 256 + 2 * 128 * 512)
+    singles = [cm.estimate_ops([op], H200) for op in ops]
+    # Unfused, the matmul result and the biased result each go out and back.
+    assert sum(c.bytes_moved for c in singles) - fused.bytes_moved == 4 * 4 * 128 * 512
+
+
+def test_matmul_registers_include_the_accumulator_tile():
+    _, ops = ops_of(LINEAR_RELU)
+    tile = cm.matmul_tile(ops[0], H200)
+    assert (tile.block_m, tile.block_n) == (128, 128)
+    assert cm.estimate_ops(ops, H200).registers_per_thread >= tile.accumulators_per_thread(1) + cm.GPU_BASE_REGISTERS
+    assert cm.estimate_ops(ops, H200).shared_memory_bytes == (128 * 32 + 32 * 128) * 4 * 2
+
+
+def test_estimate_group_agrees_with_the_planner_estimate():
+    module, ops = ops_of(LINEAR_RELU)
+    planned = cm.estimate_ops(ops, H200)
+    group = fuse_module(module, H200).groups[0]
+    assert dataclasses.asdict(cm.estimate_group(group, H200)) == dataclasses.asdict(planned)
+    assert cm.estimate_registers(group, H200) == planned.registers_per_thread
+    assert cm.estimate_shared_memory(group, H200) == planned.shared_memory_bytes
+
+
+def test_a_broadcast_consumer_recomputes_its_producer_per_element():
+    _, ops = ops_of("""
+func.func @f(%x: tensor<64xf32>, %z: tensor<32x64xf32>) -> tensor<32x64xf32> {
+  %0 = tensor.exp %x : (tensor<64xf32>) -> tensor<64xf32>
+  %1 = tensor.add %z, %0 : (tensor<32x64xf32>, tensor<64xf32>) -> tensor<32x64xf32>
+  func.return %1 : tensor<32x64xf32>
+}
+""")
+    fused = cm.estimate_ops(ops, H200)
+    exp_flops = cm.FLOPS_PER_ELEMENT["tensor.exp"]
+    assert fused.recomputed_flops == exp_flops * (32 * 64 - 64)
+    assert fused.flops == exp_flops * 32 * 64 + 32 * 64
+
+
+def test_a_reduction_keeping_long_rows_for_its_epilogue_needs_shared_memory():
+    def softmax_rows(n):
+        _, ops = ops_of(f"""
+func.func @f(%x: tensor<4x{n}xf32>) -> tensor<4x{n}xf32> {{
+  %m = tensor.reduce_max %x {{axes = [1], keepdims = true}} : (tensor<4x{n}xf32>) -> tensor<4x1xf32>
+  %s = tensor.sub %x, %m : (tensor<4x{n}xf32>, tensor<4x1xf32>) -> tensor<4x{n}xf32>
+  func.return %s : tensor<4x{n}xf32>
+}}
+""")
+        return cm.estimate_ops(ops, H200)
+
+    assert softmax_rows(1024).shared_memory_bytes < 2048  # the row fits in registers
+    assert softmax_rows(65536).shared_memory_bytes >= 65536 * 4
+
+
+def test_attention_tiles_shrink_to_fit_the_hardware():
+    module, _ = ops_of("""
+func.func @f(%q: tensor<256x256xf32>, %k: tensor<256x256xf32>, %v: tensor<256x256xf32>) -> tensor<256x256xf32> {
+  %0 = tensor.attention %q, %k, %v : (tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+  func.return %0 : tensor<256x256xf32>
+}
+""")
+    attention = module.functions()[0].body.first_op
+    on_h200, on_a100 = cm.attention_tile(attention, H200), cm.attention_tile(attention, A100)
+    assert on_h200.shared_memory_bytes <= H200.shared_memory_per_block
+    assert on_a100.shared_memory_bytes <= A100.shared_memory_per_block
+    assert on_a100.block_q < on_h200.block_q  # A100 has 163 KiB per block, H200 227 KiB
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+def test_fusing_two_small_elementwise_kernels_saves_a_launch_and_traffic():
+    a, b = cost(), cost()
+    merged = cost(ops=4, bytes_read=4096, bytes_written=4096)
+    decision = cm.decide([a, b], merged, H200)
+    assert decision.fuse
+    assert decision.saved_bytes == 8192
+    assert decision.saved_seconds > 0
+    assert "saves 8.2 KB of memory traffic and 1 launch" in decision.reason
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("registers_per_thread", 312, "est. 312 registers/thread > 255"),
+        ("shared_memory_bytes", 300 * 1024, "est. 300.0 KiB shared memory > 227.0 KiB per block"),
+        ("ops", 129, "group would have 129 ops > 128 (max ops per group on h200)"),
+    ],
+)
+def test_a_fusion_that_breaks_a_hardware_limit_is_refused_whatever_it_saves(field, value, message):
+    merged = cost(bytes_read=0, bytes_written=0, time_seconds=1e-9, **{field: value})
+    decision = cm.decide([cost(), cost()], merged, H200)
+    assert not decision.fuse
+    assert decision.reason == message
+    assert decision.limit == message
+
+
+def test_limits_come_from_the_hardware_description():
+    merged = cost(shared_memory_bytes=200 * 1024)
+    assert cm.decide([cost(), cost()], merged, H200).fuse  # 227 KiB per block
+    assert not cm.decide([cost(), cost()], merged, A100).fuse  # 163 KiB per block
+    wide = cost(registers_per_thread=400)
+    assert not cm.decide([cost(), cost()], wide, H200).fuse  # 255 per thread
+    assert cm.decide([cost(), cost()], wide, CPU).fuse  # 32 zmm x 16 lanes
+
+
+def test_a_fusion_slower_than_its_parts_is_refused():
+    slow = cost(time_seconds=20e-6, recomputed_flops=5e6)
+    decision = cm.decide([cost(), cost()], slow, H200)
+    assert not decision.fuse
+    assert decision.reason.startswith("not profitable: est. 20.0 us fused vs 10.0 us separate")
+    assert "(recomputes 5.0 Mflop)" in decision.reason
+
+
+def test_force_overrides_limits_and_profit_but_says_so():
+    decision = cm.decide([cost(), cost()], cost(registers_per_thread=312), H200, forced=True)
+    assert decision.fuse
+    assert decision.reason == "forced by fusion.force despite est. 312 registers/thread > 255"
+
+
+def test_sibling_merge_pays_for_small_outputs_and_not_for_large_ones():
+    launch = H200.launch_overhead
+    assert cm.sibling_merge_saving(3, 0, 0, H200) == pytest.approx(2 * launch)
+    assert cm.sibling_merge_saving(2, 1 << 20, 1 << 16, H200) > 0
+    assert cm.sibling_merge_saving(2, 1 << 20, 1 << 26, H200) < 0
+
+
+def test_formatting():
+    assert cm.format_bytes(6.3e6) == "6.3 MB"
+    assert cm.format_bytes(512) == "512 B"
+    assert cm.format_kib(227 * 1024) == "227.0 KiB"
+    assert cm.format_time(4e-6) == "4.0 us"
+    assert cm.format_time(1.53e-3) == "1.53 ms"
