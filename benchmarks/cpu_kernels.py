@@ -120,6 +120,11 @@ class Writer:
     def min(self, a, b):
         return self._op(arith.MinOp, a, b)
 
+    def binary(self, name: str, a, b):
+        """`and`, `or`, `xor` (integers) or `pow` (floats)."""
+        cls = {"and": arith.AndOp, "or": arith.OrOp, "xor": arith.XorOp, "pow": m.PowOp}[name]
+        return self._op(cls, a, b)
+
     def cmp(self, predicate: str, a, b):
         return self._op(arith.CmpOp, a, b, predicate=predicate)
 

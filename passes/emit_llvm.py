@@ -191,7 +191,7 @@ class FunctionBuilder:
         return self.mb.declare(name, ret, arg_types)
 
     def call(self, name: str, ret: str, args: list[tuple[str, str]]) -> str:
-        callee = self.intrinsic(name, ret, [t for t, _ in args])
+        callee = self.intrinsic(name, ret, [t.split(" align ")[0] for t, _ in args])
         text = f"call {ret} {callee}({', '.join(f'{t} {a}' for t, a in args)})"
         if ret == "void":
             self.do(text)
@@ -410,7 +410,7 @@ def body_element_bytes(block: Block) -> int:
 def choose_width(extent: int, lanes: int) -> int:
     """Lanes per chunk: the whole loop when it is a few registers wide,
     else one register with a scalar remainder."""
-    if extent % lanes == 0 and extent <= MAX_REGISTERS_PER_VECTOR * lanes:
+    if extent % lanes == 0 and extent // lanes in (1, 2, 4) and extent // lanes <= MAX_REGISTERS_PER_VECTOR:
         return extent
     if extent >= lanes:
         return lanes
@@ -531,6 +531,8 @@ class KernelEmitter:
         """`v` as a `<W x T>` operand."""
         if v.kind == VECTOR or self.width == 1:
             return v.ref
+        if v.kind == LINEAR and is_literal(v.ref):
+            return "<" + ", ".join(f"i64 {int(v.ref) + v.stride * k}" for k in range(self.width)) + ">"
         base = self.splat(v.ty, v.ref)
         if v.kind == UNIFORM:
             return base
@@ -740,7 +742,7 @@ class KernelEmitter:
         return self.fb.call(f"llvm.vector.reduce.or.{mangle('i1', self.width)}", "i1", [(self.full("i1"), mask.ref)])
 
     def pointer(self, buf: Buffer, flat: Val, inbounds: bool = True) -> str:
-        if flat.const == 0:
+        if flat.const == 0 or flat.ref == "0":
             return buf.ptr
         return self.fb.emit(f"getelementptr {'inbounds ' if inbounds else ''}{STORAGE[buf.type.element_type.name]}, ptr {buf.ptr}, i64 {flat.ref}")
 
@@ -910,17 +912,27 @@ class KernelEmitter:
         )
 
     # --- index arithmetic (lane-linear where possible) ---------------------------------
+    def scalar_index_op(self, opcode: str, a: str, b: str) -> str:
+        """`a opcode b` on i64 scalars, folded when both are literals."""
+        if is_literal(a) and is_literal(b):
+            x, y = int(a), int(b)
+            return str({"add": x + y, "sub": x - y, "mul": x * y}[opcode])
+        if opcode == "mul" and "0" in (a, b):
+            return "0"
+        if opcode == "mul" and (a == "1" or b == "1"):
+            return b if a == "1" else a
+        if opcode == "add" and (a == "0" or b == "0"):
+            return b if a == "0" else a
+        if opcode == "sub" and b == "0":
+            return a
+        return self.fb.emit(f"{opcode} i64 {a}, {b}")
+
     def ix_add(self, a: Val, b: Val, subtract: bool = False) -> Val:
         if a.const is not None and b.const is not None:
             return const_val(a.const - b.const if subtract else a.const + b.const)
         if a.kind == VECTOR or b.kind == VECTOR:
             return self.vector(self.fb.emit(f"{'sub' if subtract else 'add'} {self.full('i64')} {self.vec(a)}, {self.vec(b)}"), "i64")
-        if b.const == 0 or b.ref == "0":
-            base = a.ref
-        elif (a.const == 0 or a.ref == "0") and not subtract:
-            base = b.ref
-        else:
-            base = self.fb.emit(f"{'sub' if subtract else 'add'} i64 {a.ref}, {b.ref}")
+        base = self.scalar_index_op("sub" if subtract else "add", a.ref, b.ref)
         stride = a.stride - b.stride if subtract else a.stride + b.stride
         nonneg = a.nonneg and (b.const == 0 if subtract else b.nonneg)
         return Val(base, "i64", LINEAR if stride else UNIFORM, stride, math.gcd(a.multiple, b.multiple), nonneg)
@@ -934,11 +946,11 @@ class KernelEmitter:
             c = b.const
             if c == 0:
                 return const_val(0)
-            base = a.ref if c == 1 else self.fb.emit(f"mul i64 {a.ref}, {c}")
+            base = self.scalar_index_op("mul", a.ref, str(c))
             stride = a.stride * c
             return Val(base, "i64", LINEAR if stride else UNIFORM, stride, a.multiple * abs(c), a.nonneg and c > 0)
         if a.kind == UNIFORM and b.kind == UNIFORM:
-            ref = self.fb.emit(f"mul i64 {a.ref}, {b.ref}")
+            ref = self.scalar_index_op("mul", a.ref, b.ref)
             return Val(ref, "i64", multiple=a.multiple * b.multiple, nonneg=a.nonneg and b.nonneg)
         return self.vector(self.fb.emit(f"mul {self.full('i64')} {self.vec(a)}, {self.vec(b)}"), "i64")
 
@@ -1055,7 +1067,7 @@ class KernelEmitter:
         biased = fb.emit(f"add {it} {biased}, {odd}")
         cleared = fb.emit(f"and {it} {biased}, {self.lit('i32', '-65536', width)}")
         rounded = fb.emit(f"bitcast {it} {cleared} to {ft}")
-        is_nan = fb.emit(f"fcmp uno {ft} {ref}, {self.lit('float', '0x7FF8000000000000', width)}")
+        is_nan = fb.emit(f"fcmp uno {ft} {ref}, {ref}")
         return fb.emit(f"select {bt} {is_nan}, {ft} {self.lit('float', '0x7FF8000000000000', width)}, {ft} {rounded}")
 
     def emit_neg(self, op: Operation) -> None:

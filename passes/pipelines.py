@@ -31,7 +31,7 @@ def is_loop_level(module) -> bool:
 
 
 def _emit_llvm(module, args) -> str:
-    from .emit_llvm import emit_llvm_text
+    from fusecc.passes.emit_llvm import emit_llvm_text
 
     return emit_llvm_text(module, args)
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from fusecc.compiler.ir import Operation, Value
-from fusecc.compiler.types import MemRefType, ScalarType, bf16
+from fusecc.compiler.types import MemRefType, ScalarType, bf16, f64
 from fusecc.dialects import loop
 from fusecc.passes.emit_llvm import KernelABI, emit_llvm
 from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffer
@@ -209,7 +209,9 @@ class SchedulePlan:
             if tuple(np.shape(array)) != t.shape:
                 raise InterpreterError(f"input {arg.name_hint} has shape {list(np.shape(array))}, expected {list(t.shape)}")
             array = np.asarray(array)
-            if t.element_type is bf16 or array.dtype != storage_dtype(t) or not array.flags.c_contiguous or i in self.inputs_written:
+            # to_buffer is the interpreter's conversion; an array already in
+            # storage form (every dtype but f64, which passes through f32) is used in place
+            if t.element_type in (bf16, f64) or array.dtype != storage_dtype(t) or not array.flags.c_contiguous or i in self.inputs_written:
                 array = to_buffer(array, t)
             buffers.append(array)
         outputs = [aligned_empty(a.type.byte_size).view(storage_dtype(a.type)).reshape(a.type.shape) for a in schedule.output_args]

@@ -27,23 +27,36 @@ import llvmlite.binding as llvm
 
 OPT_LEVEL = 3
 _lock = threading.Lock()
+_initialised = False
 _machine = None
 _compiled: dict[str, "CompiledModule"] = {}
 
 
-def host_target_machine():
-    global _machine
+def new_target_machine():
+    """A target machine for this CPU. An MCJIT engine owns (and on disposal
+    frees) the one it is created with, so each engine gets its own."""
+    global _initialised
     with _lock:
-        if _machine is None:
+        if not _initialised:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
-            target = llvm.Target.from_default_triple()
-            _machine = target.create_target_machine(
-                cpu=llvm.get_host_cpu_name(),
-                features=llvm.get_host_cpu_features().flatten(),
-                opt=OPT_LEVEL,
-                codemodel="jitdefault",
-            )
+            _initialised = True
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=OPT_LEVEL,
+        codemodel="jitdefault",
+    )
+
+
+def host_target_machine():
+    """The machine that optimises and emits objects (never given to an engine)."""
+    global _machine
+    if _machine is None:
+        machine = new_target_machine()
+        with _lock:
+            _machine = _machine or machine
     return _machine
 
 
@@ -125,7 +138,7 @@ def compile_ir(text: str, symbols) -> CompiledModule:
     if obj is None:
         obj = machine.emit_object(optimise(text))
         _write_cached(path, obj)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
     addresses = {name: engine.get_function_address(name) for name in symbols}
