@@ -22,7 +22,7 @@ import numpy as np
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.ir import Operation, Value
-from fusecc.compiler.types import MemRefType, ScalarType, f32, i1, index
+from fusecc.compiler.types import MemRefType, ScalarType, f32, index
 from fusecc.compiler.verifier import verify
 from fusecc.dialects import arith, loop
 from fusecc.dialects import math as m

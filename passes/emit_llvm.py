@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from fusecc.compiler.diagnostics import error
 from fusecc.compiler.hardware import CPU, Hardware
 from fusecc.compiler.ir import Block, Operation, Value
-from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f32, f64, i1, index
+from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f64, i1, index
 from fusecc.dialects import loop
 from fusecc.runtime.reference import round_bf16
 
@@ -523,7 +523,6 @@ class KernelEmitter:
     def splat(self, scalar: str, ref: str) -> str:
         if self.width == 1 or not ref.startswith("%"):
             return self.lit(scalar, ref)
-        t = self.full(scalar)
         one = self.fb.emit(f"insertelement <1 x {scalar}> poison, {scalar} {ref}, i64 0")
         return self.fb.emit(f"shufflevector <1 x {scalar}> {one}, <1 x {scalar}> poison, <{self.width} x i32> zeroinitializer")
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
 from fusecc.passes.pipelines import pipeline_for_level
 from fusecc.runtime.targets import Target
+
+NO_LLVMLITE = "target 'cpu' needs llvmlite (pip install llvmlite)"
 
 
 def loop_pipeline():
@@ -15,10 +19,8 @@ class CpuTarget(Target):
     name = "cpu"
 
     def available(self):
-        try:
-            import llvmlite.binding  # noqa: F401
-        except ImportError:
-            return "target 'cpu' needs llvmlite (pip install llvmlite)"
+        if importlib.util.find_spec("llvmlite") is None:
+            return NO_LLVMLITE
         try:
             loop_pipeline()
         except PipelineError as exc:
@@ -32,15 +34,13 @@ class CpuTarget(Target):
         return compile_program(module).run(inputs, entry)
 
 
-class LoopLevelCpuTarget(CpuTarget):
+class LoopLevelCpuTarget(Target):
     """Runs a module that is already at the loop level (no pipeline)."""
 
+    name = "cpu"
+
     def available(self):
-        try:
-            import llvmlite.binding  # noqa: F401
-        except ImportError:
-            return "target 'cpu' needs llvmlite (pip install llvmlite)"
-        return None
+        return NO_LLVMLITE if importlib.util.find_spec("llvmlite") is None else None
 
     def run(self, module, entry, inputs, engine):
         from .executor import compile_program

@@ -9,8 +9,8 @@ import pytest
 
 from cpu_kernels import ScheduleWriter, Writer, memref
 from cpu_tolerance import ULP_TOLERANCE, assert_exact, assert_kernel_close, assert_within_ulp
-from fusecc.compiler.types import MemRefType, bf16, f16, f32, f64, i1, i32, i64, index
-from fusecc.runtime.cpu import CompiledProgram, compile_program
+from fusecc.compiler.types import MemRefType, bf16, f16, f32, f64, i1, i32, i64
+from fusecc.runtime.cpu import compile_program
 from fusecc.runtime.loop_interpreter import run_schedule
 
 
