@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import pathlib
 import sys
 import time
@@ -98,7 +97,9 @@ def torch_contender(pattern: str, inputs):
         import torch.nn.functional as TF
     except ImportError:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
+    from fusecc.runtime.cpu.executor import available_cpus
+
+    torch.set_num_threads(available_cpus())
     t = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
     gelu = lambda x: TF.gelu(x, approximate="tanh")  # noqa: E731
     fns = {
@@ -309,7 +310,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--patterns", default=None, help="comma-separated subset")
     parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=None, help="threads for fusecc (default os.cpu_count())")
+    parser.add_argument("--threads", type=int, default=None, help="threads for fusecc (default: the CPUs available)")
     parser.add_argument("--compare-vectorizers", action="store_true", help="add the hand-written loops compiled with LLVM's loop vectoriser instead of explicit SIMD")
     args = parser.parse_args(argv)
     if args.threads:
@@ -319,7 +320,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     table = patterns(rng)
     chosen = args.patterns.split(",") if args.patterns else list(table)
-    print(f"# {os.cpu_count()} threads, numpy {np.__version__}, median of {args.reps} interleaved runs")
+    from fusecc.runtime.cpu.executor import default_pool
+
+    print(f"# fusecc on {default_pool().threads} threads, numpy {np.__version__}, median of {args.reps} interleaved runs")
     print("| pattern | shape | contender | wall ms | cpu ms | numpy/this | torch/this | rate | note |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in chosen:

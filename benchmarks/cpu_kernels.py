@@ -64,9 +64,11 @@ class Writer:
         self.b.insert(loop.YieldOp())
         self.b.set_insertion_point(saved)
 
-    def for_(self, lower, upper, step, inits: Sequence[Value], body: Callable) -> list[Value]:
+    def for_(self, lower, upper, step, inits: Sequence[Value], body: Callable, unroll: int | None = None) -> list[Value]:
         """body(iv, *carried) -> the next carried values."""
         op = self.b.insert(loop.ForOp.build(self.ix(lower), self.ix(upper), self.ix(step), list(inits)))
+        if unroll:
+            op.attributes["unroll"] = A.IntegerAttr(unroll)
         saved = self.b.insertion_point
         self.b.set_insertion_point(InsertionPoint.at_end(op.body))
         yielded = body(*op.body.args) or []

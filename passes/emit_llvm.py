@@ -132,11 +132,18 @@ class ModuleBuilder:
             self.declarations[name] = f"declare {ret} @{name}({', '.join(arg_types)})"
         return f"@{name}"
 
-    def loop_metadata(self) -> str:
-        """A loop ID asking LLVM's loop vectoriser to vectorise."""
-        loop_id, enable = len(self.metadata), len(self.metadata) + 1
-        self.metadata.append(f"!{loop_id} = distinct !{{!{loop_id}, !{enable}}}")
-        self.metadata.append(f'!{enable} = !{{!"llvm.loop.vectorize.enable", i1 true}}')
+    def loop_metadata(self, vectorize: bool = True, unroll: int | None = None) -> str:
+        """A loop ID: ask LLVM's loop vectoriser to vectorise, and/or to
+        unroll `unroll` times (`loop.for {unroll = N}`)."""
+        loop_id = len(self.metadata)
+        properties = []
+        if vectorize:
+            properties.append('!{!"llvm.loop.vectorize.enable", i1 true}')
+        if unroll:
+            properties.append(f'!{{!"llvm.loop.unroll.count", i32 {unroll}}}')
+        ids = [f"!{loop_id + 1 + k}" for k in range(len(properties))]
+        self.metadata.append(f"!{loop_id} = distinct !{{!{loop_id}, {', '.join(ids)}}}")
+        self.metadata += [f"{name} = {text}" for name, text in zip(ids, properties)]
         return f"!{loop_id}"
 
     def text(self) -> str:
@@ -589,7 +596,9 @@ class KernelEmitter:
             yielded = self.emit_block(op.body)
             return [self.vec(v) if k else v.ref for v, k in zip(yielded, kinds)]
 
-        refs = self.counted_loop(lower.ref, upper.ref, step.ref, carried, body)
+        unroll = op.attr("unroll")
+        metadata = self.mb.loop_metadata(vectorize=False, unroll=unroll) if unroll and unroll > 1 else None
+        refs = self.counted_loop(lower.ref, upper.ref, step.ref, carried, body, metadata)
         for result, ref, init, k in zip(op.results, refs, inits, kinds):
             self.bind(result, Val(ref, init.ty, VECTOR if k else UNIFORM))
 

@@ -1,7 +1,7 @@
 """Running compiled loop-level programs: kernels, the thread pool, schedules.
 
 A launch splits its kernel's worker range [0, extent) into one contiguous
-piece per thread (os.cpu_count() threads; fewer when the extent is smaller
+piece per thread (one thread per available CPU; fewer when the extent is smaller
 or the work too small to pay for a thread hand-off) and calls the kernel on
 each piece through ctypes, which releases the GIL, so the pieces run in
 parallel. A schedule runs over one arena (a 64-byte aligned numpy buffer
@@ -52,6 +52,14 @@ def aligned_zeros(nbytes: int, alignment: int = 64) -> np.ndarray:
     return out
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where known)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
     """[0, extent) as `parts` contiguous pieces whose sizes differ by at most one."""
     parts = max(1, min(parts, extent))
@@ -62,7 +70,7 @@ class WorkerPool:
     """Threads that run pieces of a launch; the caller runs the first piece."""
 
     def __init__(self, threads: int | None = None):
-        self.threads = max(1, threads or os.cpu_count() or 1)
+        self.threads = max(1, threads or available_cpus())
         self._executor = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fusecc-cpu") if self.threads > 1 else None
 
     def pieces(self, extent: int, work_per_iteration: int) -> list[tuple[int, int]]:

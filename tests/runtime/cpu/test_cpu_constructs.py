@@ -180,6 +180,16 @@ def test_lane_dependent_loop_bounds_fall_back_to_a_scalar_loop(rng):
     assert "llvm.loop.vectorize.enable" in text
 
 
+def test_unroll_hint_becomes_loop_metadata(rng):
+    t, one = memref(32, f32), memref(1, f32)
+    w = Writer()
+    with w.kernel("dot", [t, t, one]) as (x, y, out):
+        (total,) = w.for_(0, 32, 1, [w.c(0.0)], lambda k, acc: [w.add(acc, w.mul(w.load(x, k), w.load(y, k)))], unroll=4)
+        w.store(total, out, w.ix(0))
+    _, text = check(build(w, [("x", t), ("y", t)], [("out", one)]), [rng.standard_normal(32, dtype=np.float32) for _ in range(2)])
+    assert '!{!"llvm.loop.unroll.count", i32 4}' in text
+
+
 def test_sequential_accumulation_is_not_reassociated():
     """1e8 + 1 - 1e8 + 1 ... in program order is not the exact sum; a
     reassociating compiler would give a different answer."""
