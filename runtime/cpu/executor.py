@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
@@ -30,8 +31,9 @@ from fusecc.runtime.reference import InterpreterError
 from . import jit
 
 # Below this many scalar operations a launch runs on the calling thread:
-# handing work to another thread costs tens of microseconds.
-MIN_PARALLEL_WORK = 1 << 16
+# handing a piece to another thread costs 20-70 us here (measured), the
+# time vectorised code needs for a few hundred thousand scalar operations.
+MIN_PARALLEL_WORK = 1 << 18
 
 _CTYPES = {
     "f32": ctypes.c_float, "f64": ctypes.c_double, "i1": ctypes.c_bool, "i8": ctypes.c_int8,
@@ -154,7 +156,9 @@ class CompiledProgram:
     def schedule_names(self) -> list[str]:
         return [op.sym_name for op in self.module.body if isinstance(op, loop.ScheduleOp)]
 
-    def run(self, inputs: Sequence[np.ndarray], entry: str | None = None) -> list[np.ndarray]:
+    def run(self, inputs: Sequence[np.ndarray], entry: str | None = None, profile: list | None = None) -> list[np.ndarray]:
+        """Run a schedule (default @main, else the first); with `profile`, a
+        list that receives (kernel name or "copy", seconds) per step."""
         names = self.schedule_names()
         if entry is None:
             if not names:
@@ -166,7 +170,7 @@ class CompiledProgram:
             if schedule is None or not isinstance(schedule, loop.ScheduleOp):
                 raise InterpreterError(f"no loop.schedule @{entry} in the module")
             plan = self._plans[entry] = SchedulePlan(self, schedule)
-        return plan.run(inputs)
+        return plan.run(inputs, profile)
 
 
 class SchedulePlan:
@@ -206,7 +210,7 @@ class SchedulePlan:
                 raise InterpreterError(f"the CPU runtime cannot run '{op.name}' in a schedule")
         self.inputs_written = {root[1] for root in written_roots if root[0] == "input"}
 
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run(self, inputs: Sequence[np.ndarray], profile: list | None = None) -> list[np.ndarray]:
         schedule = self.schedule
         inputs = list(inputs)
         if len(inputs) != len(schedule.inputs):
@@ -231,6 +235,7 @@ class SchedulePlan:
         pool = self.program.pool
         with self.lock:
             for step in self.steps:
+                start = time.perf_counter() if profile is not None else 0.0
                 if step[0] == "launch":
                     kernel, slots = step[1], step[2]
                     args = [bases[root] + offset for root, offset in slots]
@@ -238,6 +243,8 @@ class SchedulePlan:
                 else:
                     _, (src_root, src_offset), (dst_root, dst_offset), nbytes = step
                     ctypes.memmove(bases[dst_root] + dst_offset, bases[src_root] + src_offset, nbytes)
+                if profile is not None:
+                    profile.append((step[1].abi.name if step[0] == "launch" else "copy", time.perf_counter() - start))
         return [from_buffer(b, a.type) if a.type.element_type is bf16 else b for b, a in zip(outputs, schedule.output_args)]
 
 

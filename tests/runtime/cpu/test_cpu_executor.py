@@ -81,8 +81,10 @@ def test_kernel_on_sub_ranges_and_uneven_splits(threads):
     program.launch("plus_row", [x, out], begin=1, end=4)  # rows 1..3 only
     np.testing.assert_array_equal(out[1:4], np.repeat(np.arange(1, 4, dtype=np.float32)[:, None], 24, 1))
     assert (out[0] == -1).all() and (out[4] == -1).all()
-    (whole,) = program.run([x])
+    profile = []
+    (whole,) = program.run([x], profile=profile)
     np.testing.assert_array_equal(whole, np.repeat(np.arange(5, dtype=np.float32)[:, None], 24, 1))
+    assert [name for name, _ in profile] == ["plus_row"] and profile[0][1] > 0
 
 
 def test_kernel_arguments_are_checked():
