@@ -1,6 +1,7 @@
 """CPU benchmark: fusecc against numpy op by op and torch eager, side by side.
 
     python benchmarks/cpu_bench.py [--patterns softmax,mlp] [--reps 15] [--threads N]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/cpu_bench.py --threads 1   # one core each
 
 Every contender of a pattern runs in this one process, interleaved (one
 call of each per round), and the table gives median wall times, median CPU
@@ -91,15 +92,13 @@ def np_gelu_erf(x):
 # --------------------------------------------------------------------------- torch eager
 
 
-def torch_contender(pattern: str, inputs):
+def torch_contender(pattern: str, inputs, threads: int):
     try:
         import torch
         import torch.nn.functional as TF
     except ImportError:
         return None
-    from fusecc.runtime.cpu.executor import available_cpus
-
-    torch.set_num_threads(available_cpus())
+    torch.set_num_threads(threads)
     t = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
     gelu = lambda x: TF.gelu(x, approximate="tanh")  # noqa: E731
     fns = {
@@ -263,7 +262,9 @@ def bench(pattern: Pattern, reps: int, compare_vectorizers: bool = False) -> lis
         contenders["fusecc"] = fn
     notes["fusecc"] = note
     contenders["numpy"] = pattern.numpy
-    torch_fn = torch_contender(pattern.name, pattern.inputs)
+    from fusecc.runtime.cpu.executor import default_pool
+
+    torch_fn = torch_contender(pattern.name, pattern.inputs, default_pool().threads)
     if torch_fn is not None:
         contenders["torch"] = torch_fn
 
