@@ -4,7 +4,7 @@
     OPENBLAS_NUM_THREADS=1 python benchmarks/cpu_bench.py --threads 1   # one core each
 
 Every contender of a pattern runs in this one process, interleaved (one
-call of each per round), and the table gives median wall times, median CPU
+call of each per round, the order rotating between rounds), and the table gives median wall times, median CPU
 times (all threads; less disturbed by other processes on a shared machine)
 and the wall-time ratios numpy/this and torch/this (above 1: this is
 faster). Contenders:
@@ -276,9 +276,12 @@ def bench(pattern: Pattern, reps: int, compare_vectorizers: bool = False) -> lis
         if not err <= pattern.rtol:
             raise AssertionError(f"{pattern.name}: {name} differs from numpy by {err:.2e} of the output's scale")
     times = {name: [] for name in contenders}
-    for _ in range(reps):
-        for name, fn in contenders.items():
-            times[name].append(timed(fn))
+    order = list(contenders)
+    for round_ in range(reps):
+        # rotate, so no contender always comes first: the first one of a round
+        # tends to pay the page faults of a fresh output allocation
+        for name in order[round_ % len(order):] + order[: round_ % len(order)]:
+            times[name].append(timed(contenders[name]))
     rows = []
     for name, samples in times.items():
         wall, cpu = np.median(np.array(samples), axis=0)
