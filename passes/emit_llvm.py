@@ -256,8 +256,9 @@ def argument_facts(module: Operation) -> dict[str, list[ArgFacts]]:
     """Per kernel argument: may it be `noalias`, and its alignment, from
     every launch of the kernel in the module's schedules. Schedule outputs
     and the arena are 64-byte aligned by the runtime; inputs are the
-    caller's arrays (element-aligned). A kernel never launched here gets
-    noalias and element alignment."""
+    caller's arrays (element-aligned); constants of the schedule get their
+    own aligned buffers. A kernel never launched here gets noalias and
+    element alignment."""
     facts: dict[str, list[ArgFacts]] = {}
     kernels = {op.sym_name: op for op in module.body if isinstance(op, loop.KernelOp)}
     for schedule in module.body:
@@ -269,7 +270,9 @@ def argument_facts(module: Operation) -> dict[str, list[ArgFacts]]:
             align = arg.type.element_type.byte_size if i < n_inputs else 64
             where[arg] = (("arg", i), 0, arg.type.byte_size, align)
         for op in schedule.body:
-            if isinstance(op, loop.ArenaViewOp):
+            if isinstance(op, loop.ConstantOp):  # the runtime gives each its own 64-byte aligned buffer
+                where[op.result] = (("const", id(op)), 0, op.result.type.byte_size, 64)
+            elif isinstance(op, loop.ArenaViewOp):
                 where[op.result] = ("arena", op.offset, op.offset + op.result.type.byte_size, min(64, low_bit(op.offset)))
             elif isinstance(op, loop.ViewOp) and op.source in where:
                 root, start, _, align = where[op.source]

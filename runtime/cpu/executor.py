@@ -187,9 +187,17 @@ class SchedulePlan:
         for i, arg in enumerate(schedule.body.args):
             self.slots[arg] = (("input", i) if i < n_inputs else ("output", i - n_inputs), 0)
         self.steps: list[tuple] = []
+        self.constants: list[np.ndarray] = []  # loop.constant buffers, 64-byte aligned, made once
         written_roots = set()
         for op in schedule.body:
-            if isinstance(op, loop.ArenaViewOp):
+            if isinstance(op, loop.ConstantOp):
+                t = op.result.type
+                data = to_buffer(op.attr("value").array, t)
+                buffer = aligned_empty(t.byte_size)
+                buffer[:] = data.reshape(-1).view(np.uint8)
+                self.slots[op.result] = (("const", len(self.constants)), 0)
+                self.constants.append(buffer)
+            elif isinstance(op, loop.ArenaViewOp):
                 self.slots[op.result] = (("arena",), op.offset)
             elif isinstance(op, loop.ViewOp):
                 root, offset = self.slots[op.source]
@@ -209,6 +217,8 @@ class SchedulePlan:
             else:
                 raise InterpreterError(f"the CPU runtime cannot run '{op.name}' in a schedule")
         self.inputs_written = {root[1] for root in written_roots if root[0] == "input"}
+        self.constants_written = any(root[0] == "const" for root in written_roots)
+        self._pristine = [c.copy() for c in self.constants] if self.constants_written else None
 
     def run(self, inputs: Sequence[np.ndarray], profile: list | None = None) -> list[np.ndarray]:
         schedule = self.schedule
@@ -228,6 +238,11 @@ class SchedulePlan:
             buffers.append(array)
         outputs = [aligned_empty(a.type.byte_size).view(storage_dtype(a.type)).reshape(a.type.shape) for a in schedule.output_args]
         bases = {("arena",): self.arena.ctypes.data}
+        if self.constants_written:  # a kernel writes into a constant: every run starts from its value
+            for buffer, pristine in zip(self.constants, self._pristine):
+                buffer[:] = pristine
+        for i, c in enumerate(self.constants):
+            bases[("const", i)] = c.ctypes.data
         for i, b in enumerate(buffers):
             bases[("input", i)] = b.ctypes.data
         for i, b in enumerate(outputs):

@@ -358,6 +358,30 @@ def test_schedule_arena_views_and_copies(rng):
     assert_exact(y, 4 * x)
 
 
+def test_schedule_constants_feed_kernels_and_outputs():
+    """A loop.constant in the schedule (a constant the program returns or a
+    kernel reads) gets its own buffer."""
+    from fusecc.compiler import attributes as A
+    from fusecc.compiler.types import TensorType
+    from fusecc.dialects import loop
+
+    t = memref(32, f32)
+    w = Writer()
+    with w.kernel("double", [t, t]) as (x, out):
+        with w.parallel([32], ["vector"]) as (i,):
+            w.store(w.add(w.load(x, i), w.load(x, i)), out, i)
+    kernel = w.ops[-1]
+    s = ScheduleWriter([], [("y", t), ("z", t)])
+    y, z = s.op.body.args
+    values = np.arange(32, dtype=np.float32) / 4
+    const = s.b.insert(loop.ConstantOp.create([], {"value": A.dense(values, TensorType((32,), f32))})).result
+    s.launch(kernel, const, y)
+    s.b.insert(loop.CopyOp([const, z], [], {}))
+    (got_y, got_z), _ = check(w.module(s.finish()), [])
+    assert_exact(got_y, 2 * values)
+    assert_exact(got_z, values)
+
+
 @pytest.mark.parametrize("vectorize", ["explicit", "llvm"])
 def test_llvm_vectoriser_mode_gives_the_same_numbers(rng, vectorize):
     import cpu_kernels as K
