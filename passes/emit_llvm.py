@@ -56,9 +56,10 @@ STORAGE = dict(REGISTER, bf16="i16", i1="i8")
 MANGLE = {"float": "f32", "double": "f64", "half": "f16", "i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "ptr": "p0"}
 BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 
-# Vector loops are at most this many registers wide (an unroll the loop IR
-# asks for by writing a wider vector loop, e.g. a 32-column matmul tile).
-MAX_REGISTERS_PER_VECTOR = 4
+# A vector loop of 1, 2 or 4 registers' worth of lanes is done in one chunk
+# (the loop IR asks for that unroll by writing a wider vector loop, e.g. a
+# 32-column matmul tile); other extents go in chunks of one register.
+WHOLE_LOOP_REGISTERS = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -420,7 +421,7 @@ def body_element_bytes(block: Block) -> int:
 def choose_width(extent: int, lanes: int) -> int:
     """Lanes per chunk: the whole loop when it is a few registers wide,
     else one register with a scalar remainder."""
-    if extent % lanes == 0 and extent // lanes in (1, 2, 4) and extent // lanes <= MAX_REGISTERS_PER_VECTOR:
+    if extent % lanes == 0 and extent // lanes in WHOLE_LOOP_REGISTERS:
         return extent
     if extent >= lanes:
         return lanes
