@@ -24,7 +24,7 @@ import numpy as np
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, f64
 from fusecc.dialects import loop
-from fusecc.passes.emit_llvm import KernelABI, emit_llvm
+from fusecc.passes.emit_llvm import KernelABI, emit_llvm, written_arguments
 from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffer
 from fusecc.runtime.reference import InterpreterError
 
@@ -204,8 +204,6 @@ class SchedulePlan:
                 self.slots[op.result] = (root, offset + op.offset)
             elif isinstance(op, loop.LaunchOp):
                 kernel = program.kernels[op.kernel_name]
-                from fusecc.passes.emit_llvm import written_arguments
-
                 for i in written_arguments(op.resolve()):
                     written_roots.add(self.slots[op.operands[i]][0])
                 self.steps.append(("launch", kernel, [self.slots[v] for v in op.operands]))
