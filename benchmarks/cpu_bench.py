@@ -84,8 +84,12 @@ def np_encoder(x, mask, wq, bq, wk, bk, wv, bv, wo, bo, g1, be1, w1, b1, w2, b2,
 
 
 def np_gelu_erf(x):
-    from fusecc.runtime.reference import erf
-
+    """numpy has no erf: scipy's (a C ufunc) when installed, else the
+    reference's float64 series (much slower, which would flatter fusecc)."""
+    try:
+        from scipy.special import erf
+    except ImportError:
+        from fusecc.runtime.reference import erf
     return F32(0.5) * x * (F32(1) + erf(x / F32(math.sqrt(2))).astype(F32))
 
 
