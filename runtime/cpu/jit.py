@@ -5,25 +5,22 @@ vectorisers on) for the host CPU and its features (`-mcpu=native`), emitted
 as object files and loaded with MCJIT, one engine per module so that kernel
 names of different programs never clash.
 
-Two caches: in memory, per process, by the hash of the IR text; on disk,
-object files keyed by that hash plus the CPU, its features, the llvmlite
-version and the optimisation settings, written atomically (a temporary
-file, then a rename), so concurrent processes never read half a file. The
-disk cache lives in $FUSECC_CACHE_DIR (default ~/.cache/fusecc); set it to
-"off" to disable it.
+Two caches: in memory, per process, by the hash of the IR text; on disk
+(runtime/cache.py, kind "cpu"), object files keyed by that hash plus the
+CPU, its features, the llvmlite version and the optimisation settings,
+built under a lock and written atomically, so concurrent processes never
+read half a file and compile each module once.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
+
+from fusecc.runtime import cache
 
 OPT_LEVEL = 3
 _lock = threading.Lock()
@@ -91,53 +88,32 @@ def assembly(text: str) -> str:
     return host_target_machine().emit_assembly(optimise(text))
 
 
-def cache_directory() -> Path | None:
-    setting = os.environ.get("FUSECC_CACHE_DIR")
-    if setting is not None and setting.strip().lower() in ("", "0", "off", "none"):
-        return None
-    root = Path(setting) if setting else Path.home() / ".cache" / "fusecc"
-    return root / "cpu"
-
-
-def _read_cached(path: Path | None) -> bytes | None:
-    if path is None:
-        return None
+def _cached_object(text: str) -> tuple[bytes, bool]:
+    """The object file for `text`: from the disk cache (runtime/cache.py,
+    kind "cpu"), else compiled and stored there. Returns (bytes, from disk).
+    A cache that cannot be written only costs the next process a compile."""
     try:
-        return path.read_bytes()
+        path = cache.cache_dir("cpu") / f"{cache.digest(text, host_description())}.o"
+        if path.exists():
+            return path.read_bytes(), True
+        with cache.locked(path):
+            if path.exists():  # another process built it meanwhile
+                return path.read_bytes(), True
+            obj = host_target_machine().emit_object(optimise(text))
+            cache.atomic_write(path, obj)
+            return obj, False
     except OSError:
-        return None
-
-
-def _write_cached(path: Path | None, data: bytes) -> None:
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as tmp:
-            tmp.write(data)
-        os.replace(tmp.name, path)
-    except OSError:
-        pass  # a read-only or full disk only costs the next process a compile
+        return host_target_machine().emit_object(optimise(text)), False
 
 
 def compile_ir(text: str, symbols) -> CompiledModule:
     """Machine code for `text`; `symbols` are the functions to look up."""
-    key = hashlib.sha256(text.encode()).hexdigest()
+    key = cache.digest(text)
     with _lock:
         found = _compiled.get(key)
     if found is not None:
         return found
-    machine = host_target_machine()
-    directory = cache_directory()
-    path = None
-    if directory is not None:
-        disk_key = hashlib.sha256((key + "\0" + host_description()).encode()).hexdigest()
-        path = directory / f"{disk_key}.o"
-    obj = _read_cached(path)
-    from_disk = obj is not None
-    if obj is None:
-        obj = machine.emit_object(optimise(text))
-        _write_cached(path, obj)
+    obj, from_disk = _cached_object(text)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
