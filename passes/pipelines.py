@@ -30,6 +30,12 @@ def is_loop_level(module) -> bool:
     return bool(ops & {"loop.kernel", "loop.schedule"}) and "func.func" not in ops
 
 
+def _emit_llvm(module, args) -> str:
+    from fusecc.passes.emit_llvm import emit_llvm_text
+
+    return emit_llvm_text(module, args)
+
+
 EMIT_LEVELS: dict[str, Level] = {
     "tensor": Level("", summary="the verified input program"),
     "fused": Level("canonicalize,cse,fuse{{target={target}}}", summary="fusion groups"),
@@ -39,7 +45,12 @@ EMIT_LEVELS: dict[str, Level] = {
         summary="the loop dialect: kernels and a host schedule over one planned arena",
         from_loops=True,
     ),
-    "llvm": Level("canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory", summary="LLVM IR for the CPU"),
+    "llvm": Level(
+        "canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory",
+        emitter=_emit_llvm,
+        summary="LLVM IR for the CPU",
+        from_loops=True,
+    ),
     "cuda": Level(
         "canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
         emitter=_cuda_level,

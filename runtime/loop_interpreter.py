@@ -49,7 +49,7 @@ def _cast(value, t: ScalarType):
     if isinstance(value, (float, np.floating)):
         if math.isnan(value) or math.isinf(value):
             return 0
-        return int(math.trunc(value))
+        return int(value)  # truncates toward zero (np.float32 has no __trunc__)
     return int(value)
 
 

@@ -54,9 +54,15 @@ def _cuda_target() -> Target:
     return CudaTarget()
 
 
+def _cpu_target() -> Target:
+    from .cpu.target import CpuTarget
+
+    return CpuTarget()
+
+
 _TARGETS: dict[str, Callable[[], Target]] = {
     "reference": ReferenceTarget,
-    "cpu": lambda: PlannedTarget("cpu"),
+    "cpu": _cpu_target,
     "cuda": _cuda_target,
 }
 TARGET_NAMES = tuple(_TARGETS)
@@ -82,6 +88,24 @@ def get(name: str | None) -> Target:
     if factory is None:
         raise ToolError(f"unknown target '{name}'; choose one of {', '.join(_TARGETS)}")
     target = factory()
+    problem = target.available()
+    if problem:
+        raise ToolError(problem)
+    return target
+
+
+def get_loop_level(name: str | None = None) -> Target:
+    """The target for an already-lowered (loop-level) program: the CPU
+    unless another is asked for (cuda runs GPU-mapped loop IR)."""
+    from fusecc.tools.common import ToolError
+
+    if name == "reference":
+        raise ToolError("the reference interpreter runs tensor programs; run loop-level programs with --target cpu (or cuda)")
+    if name not in (None, "cpu"):
+        return get(name)
+    from .cpu.target import LoopLevelCpuTarget
+
+    target = LoopLevelCpuTarget()
     problem = target.available()
     if problem:
         raise ToolError(problem)

@@ -40,6 +40,16 @@ def load(path: str, engine: DiagnosticEngine) -> Operation:
 
 
 def entry_function(module: Operation, requested: str | None) -> Operation:
+    """The function to run, or for a loop-level module its `loop.schedule`."""
+    if is_loop_level(module):
+        schedules = [op for op in module.body if op.name == "loop.schedule"]
+        wanted = (requested or "main").lstrip("@")
+        found = next((op for op in schedules if op.sym_name == wanted), None)
+        if found is None and requested is None and schedules:
+            found = schedules[0]
+        if found is None:
+            raise ToolError(f"no loop.schedule @{wanted} (schedules: {', '.join('@' + op.sym_name for op in schedules) or 'none'})")
+        return found
     functions = module.functions()
     if not functions:
         raise ToolError("the module has no functions")
@@ -124,7 +134,9 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
             raise ToolError(f"could not read inputs file '{path}' as .npz: {exc}") from None
     rng = np.random.default_rng(seed)
     values, used = [], set()
-    for index, (arg, t) in enumerate(zip(func.arguments, func.function_type.inputs)):
+    arguments = func.input_args if func.name == "loop.schedule" else func.arguments
+    for index, arg in enumerate(arguments):
+        t = arg.type
         label = f"'{arg.name_hint}' (arg{index})" if arg.name_hint else f"'arg{index}'"
         for key in (arg.name_hint, f"arg{index}"):
             if key and key in provided:
@@ -155,7 +167,7 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     module = load(args.input, engine)
     func = entry_function(module, args.entry)
     inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
-    target = targets.get(args.target)
+    target = targets.get_loop_level(args.target) if is_loop_level(module) else targets.get(args.target)
     with phase(f"the '{target.name}' target"):
         try:
             results = target.run(module, func.sym_name, inputs, engine)

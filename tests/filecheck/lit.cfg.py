@@ -16,6 +16,17 @@ config.environment["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", ""
 for name in ("HOME", "TMPDIR", "PYTHONPATH", "FUSECC_CACHE_DIR"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
+# `REQUIRES: loop-pipeline`: tests that compile tensor programs down to
+# loops (and LLVM IR) run once those passes are registered.
+try:
+    from fusecc.compiler.pass_manager import parse_pipeline
+    from fusecc.passes.pipelines import pipeline_for_level
+
+    parse_pipeline(pipeline_for_level("loop", target="cpu"))
+    config.available_features.add("loop-pipeline")
+except Exception:
+    pass
+
 # Golden outputs must not depend on the machine running them.
 config.environment["FUSECC_DETERMINISTIC"] = "1"
 

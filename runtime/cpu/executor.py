@@ -1,0 +1,275 @@
+"""Running compiled loop-level programs: kernels, the thread pool, schedules.
+
+A launch splits its kernel's worker range [0, extent) into one contiguous
+piece per thread (one thread per available CPU; fewer when the extent is smaller
+or the work too small to pay for a thread hand-off) and calls the kernel on
+each piece through ctypes, which releases the GIL, so the pieces run in
+parallel. A schedule runs over one arena (a 64-byte aligned numpy buffer
+kept between runs): views, copies and launches in order, as the loop
+interpreter does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.types import MemRefType, ScalarType, bf16, f64
+from fusecc.dialects import loop
+from fusecc.passes.emit_llvm import KernelABI, emit_llvm, written_arguments
+from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffer
+from fusecc.runtime.reference import InterpreterError
+
+from . import jit
+
+# Below this many scalar operations a launch runs on the calling thread:
+# handing a piece to another thread costs 20-70 us here (measured), the
+# time vectorised code needs for a few hundred thousand scalar operations.
+MIN_PARALLEL_WORK = 1 << 18
+
+_CTYPES = {
+    "f32": ctypes.c_float, "f64": ctypes.c_double, "i1": ctypes.c_bool, "i8": ctypes.c_int8,
+    "i32": ctypes.c_int32, "i64": ctypes.c_int64, "index": ctypes.c_int64,
+}
+
+
+def aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
+    """An uninitialised uint8 array whose data starts at a multiple of `alignment`."""
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start : start + nbytes]
+
+
+def aligned_zeros(nbytes: int, alignment: int = 64) -> np.ndarray:
+    out = aligned_empty(nbytes, alignment)
+    out[:] = 0
+    return out
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where known)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
+    """[0, extent) as `parts` contiguous pieces whose sizes differ by at most one."""
+    parts = max(1, min(parts, extent))
+    return [(extent * k // parts, extent * (k + 1) // parts) for k in range(parts)]
+
+
+class WorkerPool:
+    """Threads that run pieces of a launch; the caller runs the first piece."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = max(1, threads or available_cpus())
+        self._executor = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fusecc-cpu") if self.threads > 1 else None
+
+    def pieces(self, extent: int, work_per_iteration: int) -> list[tuple[int, int]]:
+        parallel = self.threads > 1 and extent > 1 and extent * work_per_iteration >= MIN_PARALLEL_WORK
+        return split_range(extent, self.threads if parallel else 1)
+
+    def run(self, function, args: Sequence, extent: int, work_per_iteration: int) -> None:
+        self.run_pieces(function, args, self.pieces(extent, work_per_iteration))
+
+    def run_pieces(self, function, args: Sequence, pieces: Sequence[tuple[int, int]]) -> None:
+        if not pieces:
+            return
+        futures = [self._executor.submit(function, *args, begin, end) for begin, end in pieces[1:]]
+        begin, end = pieces[0]
+        function(*args, begin, end)
+        for future in futures:
+            future.result()
+
+
+_default_pool: WorkerPool | None = None
+
+
+def default_pool() -> WorkerPool:
+    global _default_pool
+    if _default_pool is None:
+        _default_pool = WorkerPool()
+    return _default_pool
+
+
+@dataclass
+class Kernel:
+    abi: KernelABI
+    function: object  # the ctypes function
+
+    def argument(self, t, value):
+        if isinstance(t, MemRefType):
+            return value
+        return _CTYPES[t.name](value)
+
+
+class CompiledProgram:
+    """A loop-level module compiled for this CPU."""
+
+    def __init__(self, module: Operation, vectorize: str = "explicit", pool: WorkerPool | None = None):
+        self.module = module
+        self.llvm = emit_llvm(module, vectorize=vectorize)
+        compiled = jit.compile_ir(self.llvm.text, list(self.llvm.kernels))
+        self._engine = compiled.engine
+        self.pool = pool or default_pool()
+        self.kernels: dict[str, Kernel] = {}
+        for name, abi in self.llvm.kernels.items():
+            params = [ctypes.c_void_p if isinstance(t, MemRefType) else _CTYPES.get(t.name, ctypes.c_float) for t in abi.params]
+            if any(isinstance(t, ScalarType) and t.name not in _CTYPES for t in abi.params):
+                raise InterpreterError(f"kernel @{name} takes an f16/bf16 scalar argument, which the CPU runtime cannot pass")
+            prototype = ctypes.CFUNCTYPE(None, *params, ctypes.c_int64, ctypes.c_int64)
+            self.kernels[name] = Kernel(abi, prototype(compiled.addresses[name]))
+        self._plans: dict[str, SchedulePlan] = {}
+
+    # --- kernels -----------------------------------------------------------------
+    def launch(self, name: str, args: Sequence, begin: int = 0, end: int | None = None) -> None:
+        """Run a kernel over worker iterations [begin, end) (default: all),
+        split over the pool; memref arguments are numpy arrays in storage
+        layout (bf16 as uint16) with the alignment the kernel was compiled for."""
+        kernel = self.kernels[name]
+        values = [kernel.argument(t, self._address(name, t, align, a)) for t, align, a in zip(kernel.abi.params, kernel.abi.alignments, args)]
+        end = kernel.abi.worker_extent if end is None else end
+        pieces = [(begin + b, begin + e) for b, e in self.pool.pieces(end - begin, kernel.abi.work_per_iteration)]
+        self.pool.run_pieces(kernel.function, values, pieces)
+
+    @staticmethod
+    def _address(name: str, t, align: int, a):
+        if not isinstance(t, MemRefType):
+            return a
+        if not isinstance(a, np.ndarray) or a.nbytes != t.byte_size or not a.flags.c_contiguous:
+            raise InterpreterError(f"an argument of @{name} must be a contiguous numpy array of {t.byte_size} bytes ({t})")
+        if a.ctypes.data % align:
+            raise InterpreterError(f"an argument of @{name} must be {align}-byte aligned (see executor.aligned_empty)")
+        return a.ctypes.data
+
+    # --- schedules -----------------------------------------------------------------
+    def schedule_names(self) -> list[str]:
+        return [op.sym_name for op in self.module.body if isinstance(op, loop.ScheduleOp)]
+
+    def run(self, inputs: Sequence[np.ndarray], entry: str | None = None, profile: list | None = None) -> list[np.ndarray]:
+        """Run a schedule (default @main, else the first); with `profile`, a
+        list that receives (kernel name or "copy", seconds) per step."""
+        names = self.schedule_names()
+        if entry is None:
+            if not names:
+                raise InterpreterError("the module has no loop.schedule")
+            entry = "main" if "main" in names else names[0]
+        plan = self._plans.get(entry)
+        if plan is None:
+            schedule = self.module.lookup(entry)
+            if schedule is None or not isinstance(schedule, loop.ScheduleOp):
+                raise InterpreterError(f"no loop.schedule @{entry} in the module")
+            plan = self._plans[entry] = SchedulePlan(self, schedule)
+        return plan.run(inputs, profile)
+
+
+class SchedulePlan:
+    """A schedule resolved once: where each buffer lives and what runs in order."""
+
+    def __init__(self, program: CompiledProgram, schedule: loop.ScheduleOp):
+        self.program = program
+        self.schedule = schedule
+        self.arena = aligned_zeros(schedule.arena_size)
+        self.lock = threading.Lock()
+        n_inputs = len(schedule.inputs)
+        # slot: (root, byte offset); root is ("input", i), ("output", i) or ("arena",)
+        self.slots: dict[Value, tuple] = {}
+        for i, arg in enumerate(schedule.body.args):
+            self.slots[arg] = (("input", i) if i < n_inputs else ("output", i - n_inputs), 0)
+        self.steps: list[tuple] = []
+        self.constants: list[np.ndarray] = []  # loop.constant buffers, 64-byte aligned, made once
+        written_roots = set()
+        for op in schedule.body:
+            if isinstance(op, loop.ConstantOp):
+                t = op.result.type
+                data = to_buffer(op.attr("value").array, t)
+                buffer = aligned_empty(t.byte_size)
+                buffer[:] = data.reshape(-1).view(np.uint8)
+                self.slots[op.result] = (("const", len(self.constants)), 0)
+                self.constants.append(buffer)
+            elif isinstance(op, loop.ArenaViewOp):
+                self.slots[op.result] = (("arena",), op.offset)
+            elif isinstance(op, loop.ViewOp):
+                root, offset = self.slots[op.source]
+                self.slots[op.result] = (root, offset + op.offset)
+            elif isinstance(op, loop.LaunchOp):
+                kernel = program.kernels[op.kernel_name]
+                for i in written_arguments(op.resolve()):
+                    written_roots.add(self.slots[op.operands[i]][0])
+                self.steps.append(("launch", kernel, [self.slots[v] for v in op.operands]))
+            elif isinstance(op, loop.CopyOp):
+                written_roots.add(self.slots[op.target][0])
+                self.steps.append(("copy", self.slots[op.source], self.slots[op.target], op.source.type.byte_size))
+            elif isinstance(op, loop.ReturnOp):
+                break
+            else:
+                raise InterpreterError(f"the CPU runtime cannot run '{op.name}' in a schedule")
+        self.inputs_written = {root[1] for root in written_roots if root[0] == "input"}
+        self.constants_written = any(root[0] == "const" for root in written_roots)
+        self._pristine = [c.copy() for c in self.constants] if self.constants_written else None
+
+    def run(self, inputs: Sequence[np.ndarray], profile: list | None = None) -> list[np.ndarray]:
+        schedule = self.schedule
+        inputs = list(inputs)
+        if len(inputs) != len(schedule.inputs):
+            raise InterpreterError(f"@{schedule.sym_name} takes {len(schedule.inputs)} inputs, got {len(inputs)}")
+        buffers = []
+        for i, (arg, array) in enumerate(zip(schedule.input_args, inputs)):
+            t = arg.type
+            if tuple(np.shape(array)) != t.shape:
+                raise InterpreterError(f"input {arg.name_hint} has shape {list(np.shape(array))}, expected {list(t.shape)}")
+            array = np.asarray(array)
+            # to_buffer is the interpreter's conversion; an array already in
+            # storage form (every dtype but f64, which passes through f32) is used in place
+            if t.element_type in (bf16, f64) or array.dtype != storage_dtype(t) or not array.flags.c_contiguous or i in self.inputs_written:
+                array = to_buffer(array, t)
+            buffers.append(array)
+        outputs = [aligned_empty(a.type.byte_size).view(storage_dtype(a.type)).reshape(a.type.shape) for a in schedule.output_args]
+        bases = {("arena",): self.arena.ctypes.data}
+        if self.constants_written:  # a kernel writes into a constant: every run starts from its value
+            for buffer, pristine in zip(self.constants, self._pristine):
+                buffer[:] = pristine
+        for i, c in enumerate(self.constants):
+            bases[("const", i)] = c.ctypes.data
+        for i, b in enumerate(buffers):
+            bases[("input", i)] = b.ctypes.data
+        for i, b in enumerate(outputs):
+            bases[("output", i)] = b.ctypes.data
+        pool = self.program.pool
+        with self.lock:
+            for step in self.steps:
+                start = time.perf_counter() if profile is not None else 0.0
+                if step[0] == "launch":
+                    kernel, slots = step[1], step[2]
+                    args = [bases[root] + offset for root, offset in slots]
+                    pool.run(kernel.function, args, kernel.abi.worker_extent, kernel.abi.work_per_iteration)
+                else:
+                    _, (src_root, src_offset), (dst_root, dst_offset), nbytes = step
+                    ctypes.memmove(bases[dst_root] + dst_offset, bases[src_root] + src_offset, nbytes)
+                if profile is not None:
+                    profile.append((step[1].abi.name if step[0] == "launch" else "copy", time.perf_counter() - start))
+        return [from_buffer(b, a.type) if a.type.element_type is bf16 else b for b, a in zip(outputs, schedule.output_args)]
+
+
+_programs: dict[tuple[str, str], CompiledProgram] = {}
+
+
+def compile_program(module: Operation, vectorize: str = "explicit") -> CompiledProgram:
+    """A CompiledProgram for `module`, reused while the module's text is the same."""
+    from fusecc.compiler.printer import print_op
+
+    key = (print_op(module), vectorize)
+    found = _programs.get(key)
+    if found is None:
+        found = _programs[key] = CompiledProgram(module, vectorize)
+    return found

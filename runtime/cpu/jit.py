@@ -1,0 +1,127 @@
+"""LLVM IR -> machine code for this CPU, loaded into the process.
+
+Modules are optimised with LLVM's new pass manager at O3 (loop and SLP
+vectorisers on) for the host CPU and its features (`-mcpu=native`), emitted
+as object files and loaded with MCJIT, one engine per module so that kernel
+names of different programs never clash.
+
+Two caches: in memory, per process, by the hash of the IR text; on disk
+(runtime/cache.py, kind "cpu"), object files keyed by that hash plus the
+CPU, its features, the llvmlite version and the optimisation settings,
+built under a lock and written atomically, so concurrent processes never
+read half a file and compile each module once.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from fusecc.runtime import cache
+
+OPT_LEVEL = 3
+_lock = threading.Lock()
+_initialised = False
+_machine = None
+_compiled: dict[str, "CompiledModule"] = {}
+
+
+def new_target_machine():
+    """A target machine for this CPU. An MCJIT engine owns (and on disposal
+    frees) the one it is created with, so each engine gets its own."""
+    global _initialised
+    with _lock:
+        if not _initialised:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialised = True
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=OPT_LEVEL,
+        codemodel="jitdefault",
+    )
+
+
+def host_target_machine():
+    """The machine that optimises and emits objects (never given to an engine)."""
+    global _machine
+    if _machine is None:
+        machine = new_target_machine()
+        with _lock:
+            _machine = _machine or machine
+    return _machine
+
+
+def host_description() -> str:
+    host_target_machine()
+    return f"{llvm.get_host_cpu_name()};{llvm.get_host_cpu_features().flatten()};llvmlite {llvmlite.__version__};O{OPT_LEVEL}+slp"
+
+
+@dataclass
+class CompiledModule:
+    engine: object  # the MCJIT engine that owns the code; keep it alive
+    addresses: dict[str, int]
+    from_disk: bool
+
+
+def optimise(text: str):
+    """Parse and optimise IR; returns the llvmlite module (for inspection)."""
+    machine = host_target_machine()
+    module = llvm.parse_assembly(text)
+    module.triple = machine.triple
+    module.data_layout = str(machine.target_data)
+    module.verify()
+    options = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
+    options.slp_vectorization = True
+    builder = llvm.create_pass_builder(machine, options)
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+def assembly(text: str) -> str:
+    """The host assembly for IR text (for tests and for inspecting kernels)."""
+    return host_target_machine().emit_assembly(optimise(text))
+
+
+def _cached_object(text: str) -> tuple[bytes, bool]:
+    """The object file for `text`: from the disk cache (runtime/cache.py,
+    kind "cpu"), else compiled and stored there. Returns (bytes, from disk).
+    A cache that cannot be written only costs the next process a compile."""
+    try:
+        path = cache.cache_dir("cpu") / f"{cache.digest(text, host_description())}.o"
+        if path.exists():
+            return path.read_bytes(), True
+        with cache.locked(path):
+            if path.exists():  # another process built it meanwhile
+                return path.read_bytes(), True
+            obj = host_target_machine().emit_object(optimise(text))
+            cache.atomic_write(path, obj)
+            return obj, False
+    except OSError:
+        return host_target_machine().emit_object(optimise(text)), False
+
+
+def compile_ir(text: str, symbols) -> CompiledModule:
+    """Machine code for `text`; `symbols` are the functions to look up."""
+    key = cache.digest(text)
+    with _lock:
+        found = _compiled.get(key)
+    if found is not None:
+        return found
+    obj, from_disk = _cached_object(text)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    addresses = {name: engine.get_function_address(name) for name in symbols}
+    missing = [name for name, address in addresses.items() if not address]
+    if missing:
+        raise RuntimeError(f"compiled module lacks functions {missing}")
+    compiled = CompiledModule(engine, addresses, from_disk)
+    with _lock:
+        _compiled.setdefault(key, compiled)
+        return _compiled[key]

@@ -1,0 +1,48 @@
+"""`--target cpu`: compile through the loop level, then run on this CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
+from fusecc.passes.pipelines import pipeline_for_level
+from fusecc.runtime.targets import Target
+
+NO_LLVMLITE = "target 'cpu' needs llvmlite (pip install llvmlite)"
+
+
+def loop_pipeline():
+    return parse_pipeline(pipeline_for_level("loop", target="cpu"))
+
+
+class CpuTarget(Target):
+    name = "cpu"
+
+    def available(self):
+        if importlib.util.find_spec("llvmlite") is None:
+            return NO_LLVMLITE
+        try:
+            loop_pipeline()
+        except PipelineError as exc:
+            return f"target 'cpu' needs the lowering to the loop level, which is not available yet ({exc}); use --target reference"
+        return None
+
+    def run(self, module, entry, inputs, engine):
+        from .executor import compile_program
+
+        run_pipeline(loop_pipeline(), module, PassContext(diagnostics=engine, target="cpu"))
+        return compile_program(module).run(inputs, entry)
+
+
+class LoopLevelCpuTarget(Target):
+    """Runs a module that is already at the loop level (no pipeline)."""
+
+    name = "cpu"
+
+    def available(self):
+        return NO_LLVMLITE if importlib.util.find_spec("llvmlite") is None else None
+
+    def run(self, module, entry, inputs, engine):
+        from .executor import compile_program
+
+        return compile_program(module).run(inputs, entry)

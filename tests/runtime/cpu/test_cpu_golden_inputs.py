@@ -1,0 +1,34 @@
+"""The golden LLVM-emission inputs (tests/filecheck/passes/emit_llvm/*.ir)
+also run: compiled for the CPU they give the loop interpreter's numbers."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from fusecc.compiler import parse_module, verify
+from fusecc.compiler.types import TensorType
+from fusecc.runtime.cpu import compile_program
+from fusecc.runtime.loop_interpreter import run_schedule
+from fusecc.runtime.reference import random_input
+
+from cpu_tolerance import assert_exact
+
+GOLDEN = sorted((pathlib.Path(__file__).parents[2] / "filecheck" / "passes" / "emit_llvm").glob("*.ir"))
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
+def test_golden_input_matches_the_interpreter(path):
+    module = parse_module(path.read_text(), str(path))
+    verify(module)
+    schedule = module.lookup("main")
+    if schedule is None or schedule.name != "loop.schedule":
+        pytest.skip("no loop.schedule to run")
+    rng = np.random.default_rng(7)
+    inputs = [random_input(TensorType(a.type.shape, a.type.element_type), rng) for a in schedule.input_args]
+    got = compile_program(module).run(inputs)
+    want = run_schedule(module, "main", inputs)
+    for g, w in zip(got, want):
+        assert_exact(g, w)
