@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import Collection
 
 import numpy as np
 
@@ -79,15 +80,16 @@ class LLVMProgram:
     kernels: dict[str, KernelABI]
 
 
-def emit_llvm(module: Operation, hardware: Hardware = CPU, vectorize: str = "explicit") -> LLVMProgram:
-    """LLVM IR for every CPU kernel of a loop-level module."""
+def emit_llvm(module: Operation, hardware: Hardware = CPU, vectorize: str = "explicit", only: Collection[str] | None = None) -> LLVMProgram:
+    """LLVM IR for every CPU kernel of a loop-level module (or the kernels
+    named in `only`, as the whole module's build has them)."""
     if vectorize not in VECTORIZE_MODES:
         raise ValueError(f"vectorize must be one of {VECTORIZE_MODES}, not {vectorize!r}")
     facts = argument_facts(module)
     mb = ModuleBuilder()
     kernels = {}
     for op in module.body:
-        if isinstance(op, loop.KernelOp):
+        if isinstance(op, loop.KernelOp) and (only is None or op.sym_name in only):
             emitter = KernelEmitter(mb, op, facts.get(op.sym_name), hardware, vectorize)
             kernels[op.sym_name] = emitter.emit()
     return LLVMProgram(mb.text(), kernels)

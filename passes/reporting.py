@@ -11,6 +11,10 @@ reason the cost model gave.
 Both first run the passes that precede `fuse` at the `fused` emit level
 (`passes/pipelines.py`), so "unfused" means "one kernel per op of the
 program as it reaches fusion".
+
+`report --measure` (`runtime/measure.py`) puts measured figures of the
+compiled program beside these; `report --show-source KERNEL` prints the
+generated source of one kernel (`kernel_source`).
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.hardware import Hardware, hardware
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.pass_manager import PassContext, PassManager, PipelineError, parse_pipeline, run_pipeline
+from fusecc.compiler.printer import print_op
 from fusecc.compiler.traits import Terminator
 from fusecc.compiler.verifier import verify
 
 from .fusion import cost_model as cm
-from .fusion.fuse import Fuse, FusionResult, fuse_module
+from .fusion.fuse import PHASES, Fuse, FusionResult, fuse_module
 from .fusion.partition import is_fusable
 from .pipelines import pipeline_for_level
 
@@ -40,21 +45,27 @@ class Totals:
     time_seconds: float
 
 
+def split_at_fuse(level: str, target: str) -> tuple[PassManager, PassManager]:
+    """The passes of an emit level's pipeline before `fuse` and after it."""
+    manager = parse_pipeline(pipeline_for_level(level, target=target))
+    at = next((i for i, entry in enumerate(manager.entries) if isinstance(entry, Fuse)), len(manager.entries))
+    return PassManager(manager.anchor, manager.entries[:at]), PassManager(manager.anchor, manager.entries[at + 1 :])
+
+
 def _prepare(module: Operation, target: str, engine: DiagnosticEngine) -> None:
     """Run what the `fused` level runs before `fuse` (canonicalize, cse)."""
     try:
-        manager = parse_pipeline(pipeline_for_level("fused", target=target))
+        before_fuse, _ = split_at_fuse("fused", target)
     except PipelineError:
         return  # a checkout without those passes yet: measure the program as written
-    before_fuse = PassManager(manager.anchor, [entry for entry in manager.entries if not isinstance(entry, Fuse)])
     run_pipeline(before_fuse, module, PassContext(diagnostics=engine, target=target))
 
 
-def _fuse(module: Operation, target: str, engine: DiagnosticEngine) -> tuple[Hardware, Totals, FusionResult]:
+def _fuse(module: Operation, target: str, engine: DiagnosticEngine, enabled=PHASES) -> tuple[Hardware, Totals, FusionResult]:
     hw = hardware(target)
     _prepare(module, target, engine)
     before = unfused_totals(module, hw)
-    result = fuse_module(module, hw)
+    result = fuse_module(module, hw, enabled)
     verify(module)
     return hw, before, result
 
@@ -78,8 +89,10 @@ def fused_totals(groups, hw: Hardware) -> tuple[Totals, list[cm.GroupCost]]:
     return totals, costs
 
 
-def report_data(module: Operation, target: str, engine: DiagnosticEngine) -> dict:
-    hw, before, result = _fuse(module, target, engine)
+def report_data(module: Operation, target: str, engine: DiagnosticEngine, enabled=PHASES) -> dict:
+    """The report of `module`, which is left fused (with the fusion kinds
+    `enabled`; none gives one group per op, the unfused program)."""
+    hw, before, result = _fuse(module, target, engine, enabled)
     after, costs = fused_totals(result.groups, hw)
     group_of = {op: g for g in result.groups for op in g.body_ops()}
     rows = []
@@ -129,11 +142,12 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine) -> dic
     }
 
 
-def _ratio(before: float, after: float, better: str) -> str:
+def ratio(before: float, after: float, better: str, worse: str = "worse") -> str:
+    """`4.5x faster` (after is better), `1.2x worse`, `all gone`."""
     if after <= 0:
         return "all gone" if before > 0 else ""
-    ratio = before / after
-    return f"{ratio:.1f}x {better}" if ratio >= 1 else f"{1 / ratio:.1f}x worse"
+    factor = before / after
+    return f"{factor:.1f}x {better}" if factor >= 1 else f"{1 / factor:.1f}x {worse}"
 
 
 def _describe(op: str, name: str) -> str:
@@ -141,28 +155,37 @@ def _describe(op: str, name: str) -> str:
     return f"{name} {short}" if name.startswith("%") else short
 
 
+def describe_ops(group: dict) -> str:
+    """A group row's ops as `%o_proj matmul, %o_bias add`."""
+    return ", ".join(_describe(op, name) for op, name in zip(group["ops"], group["names"]))
+
+
+def format_unfused_chains(unfused: list[dict]) -> list[str]:
+    lines = ["unfused chains:"]
+    if not unfused:
+        lines.append("  none: every candidate fusion was taken")
+    for u in unfused:
+        where = lambda name, gid: f"{name} (group {gid})" if gid is not None else name
+        lines.append(f"  {where(u['producer'], u['producer_group'])} -> {where(u['consumer'], u['consumer_group'])}: {u['reason']}")
+    return lines
+
+
 def format_report(data: dict) -> str:
     b, a = data["before"], data["after"]
     lines = [f"fusion report for {data['target']} ({data['arch']}), from the cost model", ""]
     lines.append(f"  {'':<24}{'unfused':>12}{'fused':>12}   change")
     table = [
-        ("kernel launches", str(b["kernels"]), str(a["kernels"]), _ratio(b["kernels"], a["kernels"], "fewer")),
-        ("memory traffic", cm.format_bytes(b["bytes_moved"]), cm.format_bytes(a["bytes_moved"]), _ratio(b["bytes_moved"], a["bytes_moved"], "less")),
-        ("intermediate memory", cm.format_bytes(b["intermediate_bytes"]), cm.format_bytes(a["intermediate_bytes"]), _ratio(b["intermediate_bytes"], a["intermediate_bytes"], "less")),
-        ("modelled time", cm.format_time(b["time_seconds"]), cm.format_time(a["time_seconds"]), _ratio(b["time_seconds"], a["time_seconds"], "faster")),
+        ("kernel launches", str(b["kernels"]), str(a["kernels"]), ratio(b["kernels"], a["kernels"], "fewer")),
+        ("memory traffic", cm.format_bytes(b["bytes_moved"]), cm.format_bytes(a["bytes_moved"]), ratio(b["bytes_moved"], a["bytes_moved"], "less")),
+        ("intermediate memory", cm.format_bytes(b["intermediate_bytes"]), cm.format_bytes(a["intermediate_bytes"]), ratio(b["intermediate_bytes"], a["intermediate_bytes"], "less")),
+        ("modelled time", cm.format_time(b["time_seconds"]), cm.format_time(a["time_seconds"]), ratio(b["time_seconds"], a["time_seconds"], "faster")),
     ]
     for label, before, after, change in table:
         lines.append(f"  {label:<24}{before:>12}{after:>12}   {change}")
     lines += ["", "groups:", f"  {'id':>3}  {'kind':<12}{'time':>10}{'traffic':>11}  ops"]
     for g in data["groups"]:
-        ops = ", ".join(_describe(op, name) for op, name in zip(g["ops"], g["names"]))
-        lines.append(f"  {g['id']:>3}  {g['kind']:<12}{cm.format_time(g['time_seconds']):>10}{cm.format_bytes(g['bytes_moved']):>11}  {ops}")
-    lines += ["", "unfused chains:"]
-    if not data["unfused"]:
-        lines.append("  none: every candidate fusion was taken")
-    for u in data["unfused"]:
-        where = lambda name, gid: f"{name} (group {gid})" if gid is not None else name
-        lines.append(f"  {where(u['producer'], u['producer_group'])} -> {where(u['consumer'], u['consumer_group'])}: {u['reason']}")
+        lines.append(f"  {g['id']:>3}  {g['kind']:<12}{cm.format_time(g['time_seconds']):>10}{cm.format_bytes(g['bytes_moved']):>11}  {describe_ops(g)}")
+    lines += ["", *format_unfused_chains(data["unfused"])]
     return "\n".join(lines) + "\n"
 
 
@@ -178,3 +201,46 @@ def explain(module: Operation, target: str, engine: DiagnosticEngine) -> int:
     result.emit_remarks(engine)
     print(f"{before.kernels} ops in {len(result.groups)} groups on {target}")
     return 0
+
+
+# --------------------------------------------------------------------------- generated source
+
+SOURCE_LEVELS = ("loop", "llvm", "cuda")
+
+
+def kernel_source(module: Operation, target: str, kernel: str, level: str, engine: DiagnosticEngine) -> str:
+    """The generated source of one kernel of the fused program: the
+    `loop.kernel` of that symbol (or every kernel of group N when `kernel`
+    is a number), as loop IR, LLVM IR (the CPU's) or CUDA C (a GPU's), as
+    `fusecc --emit=LEVEL` emits it."""
+    from fusecc.dialects import loop
+    from fusecc.tools.common import ToolError
+
+    hw = hardware(target)
+    if level == "llvm" and hw.kind != "cpu":
+        raise ToolError(f"LLVM IR is generated for the CPU; use --target cpu (not {target}) with --level llvm")
+    if level == "cuda" and hw.kind == "cpu":
+        raise ToolError("CUDA C is generated for a GPU; use --target h200 or a100 with --level cuda")
+    try:
+        pipeline = parse_pipeline(pipeline_for_level("loop", target=target))
+    except PipelineError as exc:
+        raise ToolError(f"--show-source needs the lowering to loops, which is not available yet ({exc})") from None
+    run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
+    kernels = [op for op in module.body if isinstance(op, loop.KernelOp)]
+    chosen = [k for k in kernels if k.sym_name == kernel or (kernel.isdigit() and k.attr("group") == int(kernel))]
+    if not chosen:
+        names = ", ".join(k.sym_name for k in kernels)
+        raise ToolError(f"no kernel '{kernel}' in the fused program for {target} (kernels: {names}; or give a group id)")
+    names = [k.sym_name for k in chosen]
+    if level == "loop":
+        return "".join(print_op(k) for k in chosen)
+    if level == "llvm":
+        from .emit_llvm import emit_llvm
+
+        return emit_llvm(module, only=set(names)).text
+    from .emit_cuda import emit_cuda
+
+    cuda = emit_cuda(module)
+    lines = cuda.text.split("\n")
+    infos = [info for info in cuda.kernels if info.sym_name in names]
+    return "\n".join("\n".join(lines[info.lines[0] - 1 : info.lines[1]]) for info in infos) + "\n"

@@ -395,5 +395,16 @@ def random_input(t: TensorType, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(-8, 9, size=t.shape).astype(element.numpy_dtype)
 
 
+def random_model_input(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+    """`random_input`, with float matrices of at least 64 rows (weights)
+    scaled by 1/sqrt(rows) as weights are initialised, so that deep programs
+    keep their values near 1 (unscaled, a transformer block's reach 1e5 and
+    summation-order differences grow with them)."""
+    element = t.element_type
+    if not (element.is_float and len(t.shape) == 2 and t.shape[0] >= 64):
+        return random_input(t, rng)
+    return to_storage(rng.standard_normal(t.shape, dtype=np.float32) / np.float32(np.sqrt(t.shape[0])), element)
+
+
 def evaluate(module: Operation, entry: str, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     return Interpreter(module).call(entry, args)

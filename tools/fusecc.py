@@ -4,12 +4,15 @@
     fusecc run model.ir [--inputs in.npz] [-o out.npz] [--target T] [--entry NAME] [--random-inputs]
     fusecc explain model.ir [--target h200|a100|cpu]
     fusecc report model.ir [--target h200|a100|cpu] [--json]
+    fusecc report model.ir --measure [--target cpu] [--repeat N] [--threads N] [--json]
+    fusecc report model.ir --show-source KERNEL [--level loop|llvm|cuda] [--target T]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 import zipfile
 
@@ -24,7 +27,7 @@ from fusecc.compiler.verifier import verify
 from fusecc.passes.pipelines import EMIT_LEVELS, is_loop_level, pipeline_for_level
 from fusecc.runtime import targets
 
-from .common import ToolError, guarded_main, phase, read_source, write_output
+from .common import EXIT_INTERNAL_ERROR, ToolError, guarded_main, phase, read_source, write_output
 
 SUBCOMMANDS = ("run", "explain", "report")
 
@@ -213,13 +216,64 @@ def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
 def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     reporting = _reporting()
 
-    p = argparse.ArgumentParser(prog="fusecc report", description="Kernels, bytes, memory and time before and after fusion.")
+    p = argparse.ArgumentParser(
+        prog="fusecc report",
+        description="Kernels, bytes, memory and time before and after fusion: from the cost model, "
+        "measured on this machine (--measure), and the generated source of a kernel (--show-source).",
+    )
     p.add_argument("input")
-    p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
+    p.add_argument("--target", choices=("h200", "a100", "cpu"), default=None, help="hardware (default h200; cpu with --measure)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    measured = p.add_argument_group("measuring (--measure)")
+    measured.add_argument("--measure", action="store_true", help="compile unfused and fused, run both, and put measured figures beside the modelled ones")
+    measured.add_argument("--repeat", type=int, default=10, help="timed runs of each program, interleaved (default 10)")
+    measured.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    measured.add_argument("--threads", type=int, default=None, help="threads of the CPU runtime (default: every CPU this process may use)")
+    measured.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
+    measured.add_argument("--all-kernels", action="store_true", help="also list the unfused program's kernels")
+    source = p.add_argument_group("generated code (--show-source)")
+    source.add_argument("--show-source", metavar="KERNEL", default=None, help="print a kernel's source (a name such as fused_3_reduction, or a group id) instead of the report")
+    source.add_argument("--level", choices=reporting.SOURCE_LEVELS, default=None, help="loop IR, LLVM IR or CUDA C (default: llvm for the cpu, cuda for a GPU)")
     args = p.parse_args(argv)
     module = load(args.input, engine)
-    write_output(None, reporting.report(module, args.target, as_json=args.json, engine=engine))
+    if args.show_source is not None:
+        if args.measure or args.json:
+            raise ToolError("--show-source prints one kernel's source; run it without --measure and --json")
+        target = args.target or ("cpu" if args.level == "llvm" else "h200")
+        level = args.level or ("llvm" if target == "cpu" else "cuda")
+        with phase("the code generator"):
+            text = reporting.kernel_source(module, target, args.show_source, level, engine)
+        write_output(None, text)
+        return 0
+    if not args.measure:
+        write_output(None, reporting.report(module, args.target or "h200", as_json=args.json, engine=engine))
+        return 0
+    return _measured_report(args, module, engine)
+
+
+def _measured_report(args, module: Operation, engine: DiagnosticEngine) -> int:
+    from fusecc.runtime import measure
+
+    if args.repeat < 1:
+        raise ToolError("--repeat must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise ToolError("--threads must be at least 1")
+    if is_loop_level(module):
+        raise ToolError("--measure compiles a tensor program twice (unfused and fused); this one is at the loop level already (run it with 'fusecc run')")
+    entry = entry_function(module, args.entry).sym_name
+    try:
+        data = measure.measure(module, entry, args.target or "cpu", args.repeat, args.seed, args.threads, engine)
+    except measure.MeasurementUnavailable as exc:
+        raise ToolError(str(exc)) from None
+    write_output(None, json.dumps(data, indent=2) + "\n" if args.json else measure.format_measured_report(data, args.all_kernels))
+    wrong = [label for label, v in data["measured"].items() if not v["agrees"]]
+    if wrong:
+        print(
+            f"fusecc report: error: the {' and '.join(wrong)} program's results differ from the reference interpreter "
+            f"beyond the tolerance ({data['tolerance']:.0e} of the largest magnitude); this is a bug in fusecc",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
     return 0
 
 

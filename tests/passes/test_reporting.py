@@ -85,3 +85,34 @@ def test_the_readme_shows_the_current_report():
     block = readme.split("\n## Fusion\n", 1)[1].split("```\n", 2)[2].split("```", 1)[0]
     expected = reporting.report(module_of("encoder_block_ops.ir"), "h200")
     assert block == expected, "regenerate the README block with: fusecc report examples/encoder_block_ops.ir"
+
+
+def test_show_source_prints_one_kernel_or_one_group(capsys):
+    mlp = str(EXAMPLES / "mlp.ir")
+    assert fusecc.main(["report", mlp, "--show-source", "fused_1_matmul", "--level", "loop"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("loop.kernel @fused_1_matmul {kind = \"matmul\", group = 1}") and out.count("loop.kernel") == 1
+    assert fusecc.main(["report", mlp, "--show-source", "0", "--level", "loop", "--target", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("loop.kernel @fused_0_matmul") and out.count("loop.kernel") == 1
+
+
+def test_show_source_says_what_is_wrong(capsys):
+    mlp = str(EXAMPLES / "mlp.ir")
+    cases = [
+        (["--show-source", "fused_9_matmul"], "no kernel 'fused_9_matmul' in the fused program for h200 (kernels: fused_0_matmul, fused_1_matmul; or give a group id)"),
+        (["--show-source", "0", "--level", "llvm", "--target", "a100"], "LLVM IR is generated for the CPU; use --target cpu (not a100)"),
+        (["--show-source", "0", "--level", "cuda", "--target", "cpu"], "CUDA C is generated for a GPU; use --target h200 or a100"),
+        (["--show-source", "0", "--measure"], "--show-source prints one kernel's source; run it without --measure and --json"),
+    ]
+    for options, message in cases:
+        assert fusecc.main(["report", mlp, *options]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+
+
+def test_the_unfused_report_has_one_group_per_op():
+    data = reporting.report_data(module_of("encoder_block.ir"), "h200", DiagnosticEngine(), enabled=())
+    assert data["after"]["kernels"] == data["before"]["kernels"] == 30
+    assert all(len(g["ops"]) == 1 for g in data["groups"])
+    assert data["after"]["bytes_moved"] == data["before"]["bytes_moved"]

@@ -17,7 +17,7 @@ from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.runtime.cpu import compile_program
 from fusecc.runtime.cpu.target import CpuTarget, loop_pipeline
 from fusecc.runtime.loop_interpreter import run_schedule
-from fusecc.runtime.reference import evaluate, random_input
+from fusecc.runtime.reference import evaluate, random_model_input
 
 from cpu_tolerance import assert_kernel_close
 
@@ -28,15 +28,8 @@ EXAMPLES = sorted((pathlib.Path(__file__).parents[3] / "examples").glob("*.ir"))
 
 
 def scaled_inputs(func, rng):
-    """Random inputs; matrices scaled by 1/sqrt(rows) so that deep programs
-    keep magnitudes near 1 (unscaled weights make values of 1e5)."""
-    values = []
-    for t in func.function_type.inputs:
-        x = random_input(t, rng)
-        if t.element_type.is_float and len(t.shape) == 2 and t.shape[0] >= 64:
-            x = (x / np.sqrt(t.shape[0])).astype(x.dtype)
-        values.append(x)
-    return values
+    """Random inputs, weights scaled as initialised (`random_model_input`)."""
+    return [random_model_input(t, rng) for t in func.function_type.inputs]
 
 
 def lower(text: str):
