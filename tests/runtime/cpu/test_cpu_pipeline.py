@@ -17,6 +17,7 @@ from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.runtime.cpu import compile_program
 from fusecc.runtime.cpu.target import CpuTarget, loop_pipeline
 from fusecc.runtime.loop_interpreter import run_schedule
+from fusecc.runtime.measure import PROGRAM_RTOL
 from fusecc.runtime.reference import evaluate, random_model_input
 
 from cpu_tolerance import assert_kernel_close
@@ -55,7 +56,7 @@ def test_example_on_the_cpu_matches_the_reference(path):
     got = CpuTarget().run(parse_module(text), func.sym_name, inputs, DiagnosticEngine())
     for g, w in zip(got, want):
         assert g.shape == w.shape
-        assert_close_to(g, w, 1e-4)
+        assert_close_to(g, w, PROGRAM_RTOL)
 
 
 T = "tensor<{}xf32>".format
