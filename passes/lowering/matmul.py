@@ -52,9 +52,9 @@ from fusecc.dialects.loop import GPU_BLOCK
 
 from .epilogue import Epilogue
 from .interface import Launch, LoweredGroup, template
-from .kernel_builder import ceil_div, compute_type, next_pow2
+from .kernel_builder import Part, ceil_div, compute_type, dispatch, next_pow2
 from .kernel_writer import KernelWriter
-from .scalar_emitter import IndexMath, LoweringError, broadcast_index
+from .scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
 
 
 # --------------------------------------------------------------------------- the problem
@@ -133,6 +133,81 @@ class MatmulProblem:
         if self.rhs.type.rank > 1:
             idx.append(n)
         return idx
+
+    def piece_bounds(self) -> dict[str, tuple[int, ...]]:
+        """Per axis of the product ("m", "n", "k"): 0, the offsets where a
+        concatenated operand changes pieces (`concat_boundaries`), the extent.
+        Sibling matmuls merged on concatenated weights cut N; at most
+        MAX_SPECIALISED_COPIES combinations of ranges are specialised (N
+        first, then K, then M), the other axes keep one range."""
+        cuts: dict[str, set[int]] = {"m": set(), "n": set(), "k": set()}
+        for operand, transposed, (row, col) in ((self.lhs, self.op.attr("transpose_a"), "mk"), (self.rhs, self.op.attr("transpose_b"), "kn")):
+            rank = operand.type.rank
+            if rank == 1:
+                cuts["k"] |= concat_boundaries(operand, 0)
+                continue
+            row_axis, col_axis = (rank - 1, rank - 2) if transposed else (rank - 2, rank - 1)
+            cuts[row] |= concat_boundaries(operand, row_axis)
+            cuts[col] |= concat_boundaries(operand, col_axis)
+        extents = {"m": self.m, "n": self.n, "k": self.k}
+        bounds, copies = {}, 1
+        for axis in "nkm":
+            inner = sorted(cuts[axis])
+            if copies * (len(inner) + 1) > MAX_SPECIALISED_COPIES:
+                inner = []
+            copies *= len(inner) + 1
+            bounds[axis] = (0, *inner, extents[axis])
+        return bounds
+
+
+# --------------------------------------------------------------------------- ranges of concatenated pieces
+
+# The most specialised copies of the inner loops one kernel gets for the
+# pieces of its concatenated operands (ranges along M x N x K); the cost model
+# merges at most this many sibling matmuls (cost_model.sibling_merge_saving).
+MAX_SPECIALISED_COPIES = 16
+
+
+@dataclass(frozen=True)
+class Span:
+    """A range [start, end) of one axis of the product in which every
+    concatenated operand reads one piece, and where its tiles are among the
+    axis' tiles: tiles never straddle two spans, so the piece is chosen once
+    per tile (a uniform branch) and the inner loops read its buffer directly."""
+
+    start: int
+    end: int
+    first_tile: int
+    tiles: int
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start
+
+    def inside(self, w: KernelWriter, i: Value, tile: int) -> Value | None:
+        """`i < end` for an index of this span's tiles, or None where its
+        tiles divide it; records the range [start, end) of `i`."""
+        w.im.assume(i, self.start, self.end)
+        return w.below(i, self.end, self.width % tile != 0)
+
+
+def spans(bounds: tuple[int, ...], tile: int) -> list[Span]:
+    out, first = [], 0
+    for start, end in zip(bounds, bounds[1:]):
+        out.append(Span(start, end, first, ceil_div(end - start, tile)))
+        first += out[-1].tiles
+    return out
+
+
+def total_tiles(axis: list[Span]) -> int:
+    return sum(s.tiles for s in axis)
+
+
+def in_span(w: KernelWriter, axis: list[Span], tile_index: Value, body) -> None:
+    """`body(span, tile)` for the span owning tile `tile_index` (its index
+    within the span): a chain of uniform `loop.if`s on the tile index, one
+    specialised copy of `body` per span (no branch for a single span)."""
+    dispatch(w, [Part(s.tiles, lambda kb, local, s=s: body(s, local)) for s in axis], tile_index, 0)
 
 
 # --------------------------------------------------------------------------- tile sizes
@@ -267,32 +342,37 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
     bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
     tm, tn = tiles.micro_tile
     cols_per_row, rows_per_col = bn // tn, bm // tm  # thread grid: threads along N, along M
-    M, N, K = problem.m, problem.n, problem.k
+    bounds = problem.piece_bounds()
+    m_spans, n_spans, k_spans = spans(bounds["m"], bm), spans(bounds["n"], bn), spans(bounds["k"], bk)
     acc_type = problem.accumulator
-    grid = [ceil_div(N, bn), ceil_div(M, bm)] + ([problem.batch_size] if problem.batch_size > 1 else [])
+    grid = [total_tiles(n_spans), total_tiles(m_spans)] + ([problem.batch_size] if problem.batch_size > 1 else [])
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z; use larger tiles")
 
     def block(col_block: Value, row_block: Value, batch: Value | None = None) -> None:
         a_tile = w.alloc(MemRefType([bk, bm], acc_type, "shared"), "a_tile")
         b_tile = w.alloc(MemRefType([bk, bn], acc_type, "shared"), "b_tile")
-        row0, col0 = im.mul(row_block, im.const(bm)), im.mul(col_block, im.const(bn))
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
 
-        def thread(t: Value) -> None:
+        def tile(ms: Span, local_row: Value, ns: Span, local_col: Value) -> None:
+            row0 = im.add(im.mul(local_row, im.const(bm)), im.const(ms.start))
+            col0 = im.add(im.mul(local_col, im.const(bn)), im.const(ns.start))
+            w.parallel([tiles.threads], ["thread.x"], lambda t: thread(t, ms, row0, ns, col0), ["t"])
+
+        def thread(t: Value, ms: Span, row0: Value, ns: Span, col0: Value) -> None:
             tx, ty = im.rem(t, cols_per_row), im.div(t, cols_per_row)
 
-            def stage(tile: Value, operand: Value, is_rhs: bool, k0: Value) -> None:
+            def stage(tile: Value, operand: Value, is_rhs: bool, k0: Value, ks: Span) -> None:
                 # This thread's share of a BK-deep operand tile, spread over the
                 # threads in the operand's memory order so that the global
                 # reads are coalesced, stored k-major.
                 transposed = problem.op.attr("transpose_b" if is_rhs else "transpose_a")
-                extent, outer, origin = (bn, N, col0) if is_rhs else (bm, M, row0)
+                extent, span, origin = (bn, ns, col0) if is_rhs else (bm, ms, row0)
                 k_fastest = transposed == is_rhs
                 for point, inside in w.cooperative(t, tiles.threads, [extent, bk] if k_fastest else [bk, extent]):
                     r, c = point if k_fastest else point[::-1]
                     row, k = im.add(origin, r), im.add(k0, c)
-                    guard = w.all_of(inside, w.below(row, outer, outer % extent != 0), w.below(k, K, K % bk != 0))
+                    guard = w.all_of(inside, span.inside(w, row, extent), ks.inside(w, k, bk))
                     idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
                     w.store(w.value_at(operand, idx, guard), tile, [c, r], inside)
 
@@ -301,24 +381,29 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
                 b = [w.load(b_tile, [kk, im.add(tx, im.const(j * cols_per_row))]) for j in range(tn)]
                 return [s.add(acc[i * tn + j], s.mul(a[i], b[j])) for i in range(tm) for j in range(tn)]
 
-            def k_step(k0: Value, *acc: Value) -> list[Value]:
-                stage(a_tile, problem.lhs, False, k0)
-                stage(b_tile, problem.rhs, True, k0)
+            def k_step(ks: Span, k0: Value, *acc: Value) -> list[Value]:
+                stage(a_tile, problem.lhs, False, k0, ks)
+                stage(b_tile, problem.rhs, True, k0, ks)
                 w.barrier()
                 acc = w.named_loop(w.for_(0, bk, 1, multiply, acc, "kk", unroll=bk), "acc")
                 w.barrier()
                 return acc
 
-            acc = w.named_loop(w.for_(0, K, bk, k_step, [s.const(0, acc_type)] * (tm * tn), "k0"), "acc")
+            # One K loop per range of K pieces, each carrying the accumulators on.
+            acc = [s.const(0, acc_type)] * (tm * tn)
+            for ks in k_spans:
+                acc = w.named_loop(w.for_(ks.start, ks.end, bk, lambda k0, *a, ks=ks: k_step(ks, k0, *a), acc, "k0"), "acc")
             rows = [im.add(row0, im.add(ty, im.const(i * rows_per_col))) for i in range(tm)]
             cols = [im.add(col0, im.add(tx, im.const(j * cols_per_row))) for j in range(tn)]
-            row_ok = [w.below(m, M, M % bm != 0) for m in rows]
-            col_ok = [w.below(n, N, N % bn != 0) for n in cols]
+            row_ok = [ms.inside(w, m, bm) for m in rows]
+            col_ok = [ns.inside(w, n, bn) for n in cols]
             for i, m in enumerate(rows):
                 for j, n in enumerate(cols):
                     epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
 
-        w.parallel([tiles.threads], ["thread.x"], thread, ["t"])
+        # The pieces of concatenated operands are chosen here, per block
+        # (uniformly for all its threads), not per element.
+        in_span(w, n_spans, col_block, lambda ns, local_col: in_span(w, m_spans, row_block, lambda ms, local_row: tile(ms, local_row, ns, local_col)))
 
     w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch"])
     return w
@@ -331,34 +416,44 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
     w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
     im, s = w.im, w.s
-    M, N, K = problem.m, problem.n, problem.k
+    bounds = problem.piece_bounds()
+    m_spans, n_spans, k_spans = spans(bounds["m"], mc), spans(bounds["n"], nc), spans(bounds["k"], 1)
     acc_type = problem.accumulator
-    row_blocks, col_blocks = ceil_div(M, mc), ceil_div(N, nc)
+    row_blocks, col_blocks = total_tiles(m_spans), total_tiles(n_spans)
 
     def worker(p: Value) -> None:
         batch_flat, row_block, col_block = im.delinearize(p, [problem.batch_size, row_blocks, col_blocks])
         bidx = problem.batch_index(batch_flat, im)
-        row0, col0 = im.mul(row_block, im.const(mc)), im.mul(col_block, im.const(nc))
-        row_end = w.min_index(im.add(row0, im.const(mc)), M)
-        col_end = w.min_index(im.add(col0, im.const(nc)), N)
+        # The pieces of concatenated operands are chosen here, per block of
+        # outputs, not per element inside the K loop.
+        in_span(w, n_spans, col_block, lambda ns, local_col: in_span(w, m_spans, row_block, lambda ms, local_row: output_block(bidx, ms, local_row, ns, local_col)))
+
+    def output_block(bidx, ms: Span, local_row: Value, ns: Span, local_col: Value) -> None:
+        row0 = im.add(im.mul(local_row, im.const(mc)), im.const(ms.start))
+        col0 = im.add(im.mul(local_col, im.const(nc)), im.const(ns.start))
+        row_end = w.min_index(im.add(row0, im.const(mc)), ms.end)
+        col_end = w.min_index(im.add(col0, im.const(nc)), ns.end)
 
         def register_tile(m0: Value, n0: Value) -> None:
             # The MR×NR tile at (m0, n0): a vector loop over its NR columns
             # around the K loop, which carries one accumulator per row (each
             # a vector register row once the vector loop is widened).
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
-            row_ok = [w.below(m, M, M % mr != 0) for m in rows]
+            row_ok = [ms.inside(w, m, mr) for m in rows]
 
             def column(j: Value) -> None:
                 n = im.add(n0, j)
-                col_ok = w.below(n, N, N % nr != 0)
+                col_ok = ns.inside(w, n, nr)
 
                 def k_step(k: Value, *acc: Value) -> list[Value]:
                     b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), col_ok)
                     a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
                     return [s.add(acc[i], s.mul(a[i], b)) for i in range(mr)]
 
-                acc = w.named_loop(w.for_(0, K, 1, k_step, [s.const(0, acc_type)] * mr, "k"), "acc")
+                # One K loop per range of K pieces, each carrying the accumulators on.
+                acc = [s.const(0, acc_type)] * mr
+                for ks in k_spans:
+                    acc = w.named_loop(w.for_(ks.start, ks.end, 1, lambda k, *a, ks=ks: k_step(im.assume(k, ks.start, ks.end), *a), acc, "k"), "acc")
                 for i in range(mr):
                     epilogue.emit(w.emitter, problem.result_index(bidx, rows[i], n), acc[i], w.all_of(row_ok[i], col_ok))
 

@@ -42,13 +42,19 @@ class LoweringError(Exception):
 
 class IndexMath:
     """Index arithmetic that folds constants as it goes, so simple kernels
-    stay readable without a later canonicalisation."""
+    stay readable without a later canonicalisation.
+
+    It also keeps what a template knows about an index's range (`assume`):
+    a concatenation read at an index known to fall in one piece reads that
+    piece directly, with no branch (`ScalarEmitter._layout_concat`)."""
 
     def __init__(self, builder: Builder):
         self.b = builder
         self.known: dict[Value, int] = {}
         self._constants: dict[int, Value] = {}
         self._computed: dict[tuple, Value] = {}
+        self._offsets: dict[Value, tuple[Value, int]] = {}  # v = base + constant
+        self._ranges: dict[Value, tuple[int, int]] = {}
 
     def const(self, value: int) -> Value:
         found = self._constants.get(value)
@@ -77,11 +83,36 @@ class IndexMath:
         ka, kb = self.known.get(a), self.known.get(b)
         if ka is not None and kb is not None:
             return self.const(ka + kb)
-        if ka == 0:
-            return b
+        if ka is not None:
+            a, b, ka, kb = b, a, kb, ka
         if kb == 0:
             return a
-        return self._op(arith.AddOp, a, b)
+        if kb is not None and a in self._offsets:  # (x + c) + d = x + (c + d)
+            base, c = self._offsets[a]
+            return self.add(base, self.const(c + kb))
+        result = self._op(arith.AddOp, a, b)
+        if kb is not None:
+            self._offsets[result] = (a, kb)
+        return result
+
+    def assume(self, v: Value, lower: int, upper: int) -> Value:
+        """Record that `v` lies in [lower, upper) wherever the template reads
+        memory with it (under the guards it emits there); returns `v`."""
+        self._ranges[v] = (lower, upper)
+        return v
+
+    def range_of(self, v: Value) -> tuple[int, int] | None:
+        """[lower, upper) of an index: a constant, an assumed range, or one
+        shifted by a constant."""
+        k = self.known.get(v)
+        if k is not None:
+            return k, k + 1
+        found = self._ranges.get(v)
+        if found is None and v in self._offsets:
+            base, c = self._offsets[v]
+            inner = self.range_of(base)
+            found = None if inner is None else (inner[0] + c, inner[1] + c)
+        return found
 
     def mul(self, a: Value, b: Value) -> Value:
         ka, kb = self.known.get(a), self.known.get(b)
@@ -466,11 +497,14 @@ class ScalarEmitter:
 
     def _concat_from(self, op, pieces, idx, axis, start):
         first, rest = pieces[0], pieces[1:]
+        end = start + first.type.shape[axis]
+        known = self.im.range_of(idx[axis])
+        if rest and known is not None and known[0] >= end:  # past this piece: no branch
+            return self._concat_from(op, rest, idx, axis, end)
         local = list(idx)
         local[axis] = self.im.add(idx[axis], self.im.const(-start)) if start else idx[axis]
-        if not rest:
+        if not rest or (known is not None and known[1] <= end):  # within this piece
             return self.at(first, local)
-        end = start + first.type.shape[axis]
         inside = self.im.less_than(idx[axis], end)
         result_type = _compute_type(op.result.type.element_type)
         branch = self.b.insert(loop.IfOp.build(inside, [result_type]))
@@ -481,6 +515,33 @@ class ScalarEmitter:
         self.b.create(loop.YieldOp, [self._concat_from(op, rest, idx, axis, end)])
         self.b.set_insertion_point(saved)
         return branch.results[0]
+
+
+def concat_boundaries(value: Value, axis: int) -> set[int]:
+    """Where, along `axis` of `value` (0 < b < extent), the group input an
+    element is computed from changes because of a concatenation: through
+    concats (nested too), transposes and elementwise ops on same-shape
+    operands, as the emitter follows them. Ranges between two boundaries
+    can be read without branching once the index's range is assumed."""
+    op = value.defining_op
+    if op is None:
+        return set()
+    if isinstance(op, T.ConcatOp):
+        if op.attr("axis") % op.result.type.rank != axis:
+            return set().union(*(concat_boundaries(piece, axis) for piece in op.inputs))
+        found, offset = set(), 0
+        for piece in op.inputs:
+            found |= {offset + b for b in concat_boundaries(piece, axis)}
+            offset += piece.type.shape[axis]
+            found.add(offset)
+        found.discard(offset)
+        return found
+    if isinstance(op, T.TransposeOp):
+        return concat_boundaries(op.input, op.attr("perm")[axis])
+    if op.name in SCALAR_FORMULAS:
+        same = [v for v in op.operands if v.type.shape == value.type.shape]
+        return set().union(*(concat_boundaries(v, axis) for v in same))
+    return set()
 
 
 def is_elementwise_computable(op: Operation) -> bool:
@@ -495,6 +556,7 @@ __all__ = [
     "ScalarEmitter",
     "Scalars",
     "broadcast_index",
+    "concat_boundaries",
     "reshape_index",
     "is_elementwise_computable",
 ]
