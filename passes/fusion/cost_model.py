@@ -49,6 +49,7 @@ from fusecc.compiler.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.types import TensorType
+from fusecc.passes.lowering.matmul import MAX_SPECIALISED_COPIES
 
 # Per-element work, in "flops" (one add or multiply = 1). Ops not listed
 # cost 1 if Elementwise, 0 if Injective, 1 per input element if a Reduction.
@@ -609,11 +610,29 @@ def decide(parts: Sequence[GroupCost], fused: GroupCost, hardware: Hardware, for
     return Decision(True, describe_saving(saved_bytes, len(parts) - 1, saved_seconds), saved_seconds, saved_bytes)
 
 
+def sibling_merge_refusal(count: int) -> str | None:
+    """Why `count` sibling matmuls must not be merged on concatenated
+    weights whatever the saving, or None.
+
+    The merge pays only because the matmul lowering reads the concatenated
+    weights piece by piece: one specialised inner loop per piece, the piece
+    chosen once per output tile, so the merged kernel does the separate
+    kernels' work (passes/lowering/matmul.py, `MatmulProblem.piece_bounds`).
+    Past MAX_SPECIALISED_COPIES pieces it chooses the piece per element
+    inside the K loop, which measured 3-8x slower than the separate
+    matmuls on the CPU (docs/fusion.md), and is no better on a GPU."""
+    if count > MAX_SPECIALISED_COPIES:
+        return f"the matmul lowering reads at most {MAX_SPECIALISED_COPIES} concatenated weights piece by piece, and {count} would be chosen per element inside the K loop"
+    return None
+
+
 def sibling_merge_saving(count: int, shared_input_bytes: int, reread_bytes: int, hardware: Hardware) -> float:
     """Seconds saved by merging `count` sibling matmuls into one on
     concatenated weights: count-1 launches and count-1 reads of the shared
     input, minus writing and re-reading `reread_bytes` of results whose own
-    epilogues could otherwise have fused into their matmuls."""
+    epilogues could otherwise have fused into their matmuls. (The merged
+    matmul itself costs what the separate ones do: its lowering keeps their
+    tiles, piece by piece; see `sibling_merge_refusal` for when it cannot.)"""
     launches = (count - 1) * hardware.launch_overhead
     reads = (count - 1) * shared_input_bytes / hardware.memory_bandwidth
     penalty = 2 * reread_bytes / hardware.memory_bandwidth
@@ -649,5 +668,6 @@ __all__ = [
     "format_kib",
     "format_time",
     "matmul_tile",
+    "sibling_merge_refusal",
     "sibling_merge_saving",
 ]

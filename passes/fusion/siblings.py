@@ -14,7 +14,10 @@ the prefix reads its slice.
 The cost model decides (`cost_model.sibling_merge_saving`): merging saves
 launches and re-reads of the shared input, but a sibling whose own
 epilogue (what follows the prefix) would have fused into its matmul now
-reads its slice back from memory. So Q/K/V projections merge; SwiGLU's gate
+reads its slice back from memory. The merged matmul itself costs what the
+separate ones do because the lowering reads the concatenated weights piece
+by piece; more siblings than it specialises are not merged
+(`cost_model.sibling_merge_refusal`). So Q/K/V projections merge; SwiGLU's gate
 and up projections merge when their outputs are small (decoding), and stay
 apart with their gated epilogue when they are large.
 """
@@ -133,6 +136,11 @@ def _merge(block: Block, siblings: list[Operation], position: dict[Operation, in
     saved = cm.sibling_merge_saving(len(siblings), lhs_bytes, reread, hw)
     forced = any(flag(op, FORCE) for op in siblings)
     names = ", ".join(log.name(mm) for mm in siblings)
+    refusal = cm.sibling_merge_refusal(len(siblings))
+    if refusal is not None and not forced:
+        for mm in siblings[1:]:
+            log.refuse(mm, siblings[0], f"not merged with its sibling matmuls ({names}): {refusal}")
+        return
     if saved <= 0 and not forced:
         for mm in siblings[1:]:
             log.refuse(mm, siblings[0], f"not merged with its sibling matmuls ({names}): their epilogues would read the merged result back (est. {cm.format_time(-saved)} slower)")

@@ -9,12 +9,15 @@ import numpy as np
 import pytest
 
 from fusecc.compiler.diagnostics import DiagnosticError
+from fusecc.compiler.hardware import hardware
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.fusion.contract import contract_problems
+from fusecc.passes.fusion.fuse import fuse_module
+from fusecc.passes.lowering.matmul import MAX_SPECIALISED_COPIES
 from fusecc.runtime.reference import evaluate, random_input
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
@@ -74,6 +77,35 @@ def test_the_op_by_op_encoder_fuses_like_the_composite_one():
     assert kinds("encoder_block_ops.ir") == kinds("encoder_block.ir") == [
         "matmul", "attention", "matmul", "reduction", "matmul", "matmul", "reduction"
     ]
+
+
+def siblings_program(count: int) -> str:
+    """`count` projections of one input with biases, as Q/K/V are."""
+    t = "tensor<{}xf32>".format
+    params = ", ".join(f"%w{i}: {t('64x32')}, %b{i}: {t('32')}" for i in range(count))
+    lines = [f"func.func @main(%x: {t('16x64')}, {params}) -> ({', '.join([t('16x32')] * count)}) {{"]
+    for i in range(count):
+        lines.append(f"  %m{i} = tensor.matmul %x, %w{i} : ({t('16x64')}, {t('64x32')}) -> {t('16x32')}")
+        lines.append(f"  %y{i} = tensor.add %m{i}, %b{i} : ({t('16x32')}, {t('32')}) -> {t('16x32')}")
+    lines.append(f"  func.return {', '.join(f'%y{i}' for i in range(count))} : {', '.join([t('16x32')] * count)}")
+    return "\n".join(lines) + "\n}"
+
+
+@pytest.mark.parametrize("target", ["h200", "a100", "cpu"])
+def test_siblings_merge_only_as_far_as_the_lowering_reads_their_weights_piece_by_piece(target):
+    def fused_ops(count):
+        module = parse_module(siblings_program(count))
+        verify(module)
+        result = fuse_module(module, hardware(target))
+        assert contract_problems(module) == []
+        reasons = [r.reason for log, _ in result.logs for r in log.refusals]
+        return [op.name for g in groups_of(module) for op in g.body_ops()], reasons
+
+    merged, _ = fused_ops(3)
+    assert merged.count("tensor.matmul") == 1 and merged.count("tensor.concat") == 2  # weights and biases
+    apart, reasons = fused_ops(MAX_SPECIALISED_COPIES + 1)
+    assert apart.count("tensor.matmul") == MAX_SPECIALISED_COPIES + 1 and "tensor.concat" not in apart
+    assert any(f"reads at most {MAX_SPECIALISED_COPIES} concatenated weights piece by piece" in r for r in reasons)
 
 
 # --------------------------------------------------------------------------- numbers

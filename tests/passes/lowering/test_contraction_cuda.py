@@ -34,6 +34,14 @@ def bias_gelu(b, a, **attrs):
     return [b.create(T.GeluOp, [b.create(T.AddOp, [product, a[2]]).result], {"approximate": "tanh"}).result]
 
 
+def merged_bias_gelu(b, a):
+    """x @ concat(w_i) + concat(b_i), gelu: sibling projections merged by `fuse`."""
+    pieces = (len(a) - 1) // 2
+    weights = b.create(T.ConcatOp, a[1 : 1 + pieces], {"axis": 1}).result
+    biases = b.create(T.ConcatOp, a[1 + pieces :], {"axis": 0}).result
+    return bias_gelu(b, [a[0], weights, biases])
+
+
 def attention(b, a, **attrs):
     return [b.create(T.AttentionOp, a, attrs or None).result]
 
@@ -44,6 +52,7 @@ LARGE = {
     "matmul_tiler_128x128x32": lambda: group_module(
         "matmul", [t(4096, 4096), t(4096, 4096), t(4096)], bias_gelu, {"tile.block": [128, 128], "tile.k": 32, "tile.threads": 256}
     ),
+    "matmul_qkv_concatenated": lambda: group_module("matmul", [t(512, 1024)] + [t(1024, 1024)] * 3 + [t(1024)] * 3, merged_bias_gelu),
     "matmul_f16_batched": lambda: group_module("matmul", [t(8, 512, 64, element=f16), t(8, 64, 512, element=f16)], lambda b, a: [b.create(T.MatmulOp, a).result]),
     "attention_d64": lambda: group_module("attention", [t(16, 1024, 64)] * 3, lambda b, a: attention(b, a, causal=True)),
     "attention_d128": lambda: group_module("attention", [t(16, 1024, 128)] * 3, lambda b, a: attention(b, a, causal=True)),
@@ -73,6 +82,7 @@ def test_kernels_compile_without_spills_within_the_register_estimate(name):
 
 SMALL = {
     "matmul_odd_bias_gelu": lambda: group_module("matmul", [t(37, 45), t(45, 70), t(70)], bias_gelu),
+    "matmul_concatenated_odd_pieces": lambda: group_module("matmul", [t(37, 45), t(45, 70), t(45, 21), t(70), t(21)], merged_bias_gelu),
     "matmul_batched_transposed": lambda: group_module("matmul", [t(2, 37, 45), t(70, 45), t(70)], lambda b, a: bias_gelu(b, a, transpose_b=True)),
     "attention_mask_odd": lambda: group_module("attention", [t(3, 77, 32), t(3, 90, 32), t(3, 90, 24), t(77, 90)], attention),
     "attention_causal": lambda: group_module("attention", [t(2, 100, 64)] * 3, lambda b, a: attention(b, a, causal=True)),
