@@ -25,7 +25,7 @@ apart with their gated epilogue when they are large.
 from __future__ import annotations
 
 from fusecc.compiler.ir import Block, Operation, Value
-from fusecc.compiler.traits import Contraction, Elementwise
+from fusecc.compiler.traits import Contraction, Elementwise, Terminator
 from fusecc.dialects import tensor as T
 
 from . import cost_model as cm
@@ -131,8 +131,10 @@ def _merge(block: Block, siblings: list[Operation], position: dict[Operation, in
     hw = log.hardware
     lhs_bytes = cm.byte_size(siblings[0].operands[0])
     # A sibling's own epilogue (after the shared prefix) would have fused
-    # into its matmul; merged, it reads its slice back from memory.
-    reread = sum(cm.byte_size(v) for v in finals if any(u.has_trait(Elementwise) for u in v.users))
+    # into its matmul; merged, it reads its slice back from memory. A result
+    # the function returns is written by its matmul; merged, its slice is
+    # copied out of the merged result: the same extra write and read.
+    reread = sum(cm.byte_size(v) for v in finals if any(u.has_trait(Elementwise) or u.has_trait(Terminator) for u in v.users))
     saved = cm.sibling_merge_saving(len(siblings), lhs_bytes, reread, hw)
     forced = any(flag(op, FORCE) for op in siblings)
     names = ", ".join(log.name(mm) for mm in siblings)
