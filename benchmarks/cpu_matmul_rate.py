@@ -41,12 +41,20 @@ SHAPES = {
 
 
 def program(m: int, k: int, ns: list[int]) -> str:
+    """x @ w, or x @ concat(w_i) for several Ns: the merged matmul as `fuse`
+    makes it of sibling projections (written merged, so that its result is
+    one output)."""
     t = "tensor<{}xf32>".format
     weights = ", ".join(f"%w{i}: {t(f'{k}x{n}')}" for i, n in enumerate(ns))
-    lines = [f"func.func @main(%x: {t(f'{m}x{k}')}, {weights}) -> ({', '.join(t(f'{m}x{n}') for n in ns)}) {{"]
-    for i, n in enumerate(ns):
-        lines.append(f"  %y{i} = tensor.matmul %x, %w{i} : ({t(f'{m}x{k}')}, {t(f'{k}x{n}')}) -> {t(f'{m}x{n}')}")
-    lines.append(f"  func.return {', '.join(f'%y{i}' for i in range(len(ns)))} : {', '.join(t(f'{m}x{n}') for n in ns)}")
+    total = sum(ns)
+    lines = [f"func.func @main(%x: {t(f'{m}x{k}')}, {weights}) -> {t(f'{m}x{total}')} {{"]
+    w = "%w0"
+    if len(ns) > 1:
+        pieces = ", ".join(f"%w{i}" for i in range(len(ns)))
+        lines.append(f"  %w = tensor.concat {pieces} {{axis = 1}} : ({', '.join(t(f'{k}x{n}') for n in ns)}) -> {t(f'{k}x{total}')}")
+        w = "%w"
+    lines.append(f"  %y = tensor.matmul %x, {w} : ({t(f'{m}x{k}')}, {t(f'{k}x{total}')}) -> {t(f'{m}x{total}')}")
+    lines.append(f"  func.return %y : {t(f'{m}x{total}')}")
     lines.append("}")
     return "\n".join(lines)
 

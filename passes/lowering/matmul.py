@@ -36,6 +36,19 @@ recommends: the backend widens the vector loop, loop.for and all):
           loop.parallel [NR] (vector)
             acc[MR] = loop.for k in 0..K: acc_i += A[m0+i, k] * B[k, n0+j]
             epilogue(acc_i) -> store, guarded at the edges
+
+Concatenated operands (sibling matmuls merged on concatenated weights and
+biases: `x @ concat(wq, wk, wv) + concat(bq, bk, bv)`): the emitter would
+choose the piece per element, a branch inside the K loop on every load.
+Instead each axis of the product is cut where an operand changes pieces
+(`MatmulProblem.piece_bounds`) and tiled span by span, tiles never crossing
+a cut: the grid (GPU) or the worker loop (CPU) has the tiles of every span,
+a chain of uniform `loop.if`s on the tile index picks the span once per
+block, and each span gets its own copy of the loops above with the range of
+its indices known (`IndexMath.assume`), so every concat in it (weights in
+the K loop, biases in the epilogue) reads one piece's buffer directly. Cuts
+along K become consecutive K loops carrying the accumulators. Each span's
+last tile is guarded at the span's end, as the separate matmuls' would be.
 """
 
 from __future__ import annotations
