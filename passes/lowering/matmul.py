@@ -177,7 +177,7 @@ class MatmulProblem:
 
 # The most specialised copies of the inner loops one kernel gets for the
 # pieces of its concatenated operands (ranges along M x N x K); the cost model
-# merges at most this many sibling matmuls (cost_model.sibling_merge_saving).
+# merges at most this many sibling matmuls (cost_model.sibling_merge_refusal).
 MAX_SPECIALISED_COPIES = 16
 
 
@@ -197,7 +197,7 @@ class Span:
     def width(self) -> int:
         return self.end - self.start
 
-    def inside(self, w: KernelWriter, i: Value, tile: int) -> Value | None:
+    def guard(self, w: KernelWriter, i: Value, tile: int) -> Value | None:
         """`i < end` for an index of this span's tiles, or None where its
         tiles divide it; records the range [start, end) of `i`."""
         w.im.assume(i, self.start, self.end)
@@ -205,6 +205,7 @@ class Span:
 
 
 def spans(bounds: tuple[int, ...], tile: int) -> list[Span]:
+    """The spans between consecutive `bounds`, each cut into tiles of `tile`."""
     out, first = [], 0
     for start, end in zip(bounds, bounds[1:]):
         out.append(Span(start, end, first, ceil_div(end - start, tile)))
@@ -367,7 +368,7 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
         b_tile = w.alloc(MemRefType([bk, bn], acc_type, "shared"), "b_tile")
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
 
-        def tile(ms: Span, local_row: Value, ns: Span, local_col: Value) -> None:
+        def output_tile(ms: Span, local_row: Value, ns: Span, local_col: Value) -> None:
             row0 = im.add(im.mul(local_row, im.const(bm)), im.const(ms.start))
             col0 = im.add(im.mul(local_col, im.const(bn)), im.const(ns.start))
             w.parallel([tiles.threads], ["thread.x"], lambda t: thread(t, ms, row0, ns, col0), ["t"])
@@ -385,7 +386,7 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
                 for point, inside in w.cooperative(t, tiles.threads, [extent, bk] if k_fastest else [bk, extent]):
                     r, c = point if k_fastest else point[::-1]
                     row, k = im.add(origin, r), im.add(k0, c)
-                    guard = w.all_of(inside, span.inside(w, row, extent), ks.inside(w, k, bk))
+                    guard = w.all_of(inside, span.guard(w, row, extent), ks.guard(w, k, bk))
                     idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
                     w.store(w.value_at(operand, idx, guard), tile, [c, r], inside)
 
@@ -408,15 +409,15 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
                 acc = w.named_loop(w.for_(ks.start, ks.end, bk, lambda k0, *a, ks=ks: k_step(ks, k0, *a), acc, "k0"), "acc")
             rows = [im.add(row0, im.add(ty, im.const(i * rows_per_col))) for i in range(tm)]
             cols = [im.add(col0, im.add(tx, im.const(j * cols_per_row))) for j in range(tn)]
-            row_ok = [ms.inside(w, m, bm) for m in rows]
-            col_ok = [ns.inside(w, n, bn) for n in cols]
+            row_ok = [ms.guard(w, m, bm) for m in rows]
+            col_ok = [ns.guard(w, n, bn) for n in cols]
             for i, m in enumerate(rows):
                 for j, n in enumerate(cols):
                     epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
 
         # The pieces of concatenated operands are chosen here, per block
         # (uniformly for all its threads), not per element.
-        in_span(w, n_spans, col_block, lambda ns, local_col: in_span(w, m_spans, row_block, lambda ms, local_row: tile(ms, local_row, ns, local_col)))
+        in_span(w, n_spans, col_block, lambda ns, local_col: in_span(w, m_spans, row_block, lambda ms, local_row: output_tile(ms, local_row, ns, local_col)))
 
     w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch"])
     return w
@@ -452,11 +453,11 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
             # around the K loop, which carries one accumulator per row (each
             # a vector register row once the vector loop is widened).
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
-            row_ok = [ms.inside(w, m, mr) for m in rows]
+            row_ok = [ms.guard(w, m, mr) for m in rows]
 
             def column(j: Value) -> None:
                 n = im.add(n0, j)
-                col_ok = ns.inside(w, n, nr)
+                col_ok = ns.guard(w, n, nr)
 
                 def k_step(k: Value, *acc: Value) -> list[Value]:
                     b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), col_ok)

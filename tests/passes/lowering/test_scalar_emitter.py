@@ -89,3 +89,55 @@ func.func @main(%x: tensor<4x6xf32>) -> tensor<4xf32> {
     )
     with pytest.raises(LoweringError, match="tensor.reduce_sum"):
         lower_elementwise_group(module, ["worker"])
+
+
+NESTED_CONCAT = """
+func.func @main(%a: tensor<3x5xf32>, %b: tensor<3x2xf32>, %c: tensor<4x7xf32>) -> tensor<7x7xf32> {
+  %r = fusion.group %a, %b, %c {kind = "elementwise"} : (tensor<3x5xf32>, tensor<3x2xf32>, tensor<4x7xf32>) -> tensor<7x7xf32> {
+  ^bb0(%x: tensor<3x5xf32>, %y: tensor<3x2xf32>, %z: tensor<4x7xf32>):
+    %0 = tensor.concat %x, %y {axis = 1} : (tensor<3x5xf32>, tensor<3x2xf32>) -> tensor<3x7xf32>
+    %1 = tensor.exp %0 : (tensor<3x7xf32>) -> tensor<3x7xf32>
+    %2 = tensor.concat %1, %z {axis = 0} : (tensor<3x7xf32>, tensor<4x7xf32>) -> tensor<7x7xf32>
+    %3 = tensor.transpose %2 {perm = [1, 0]} : (tensor<7x7xf32>) -> tensor<7x7xf32>
+    fusion.yield %3 : tensor<7x7xf32>
+  }
+  func.return %r : tensor<7x7xf32>
+}
+"""
+
+
+def test_concat_boundaries_follow_concats_elementwise_ops_and_transposes():
+    from fusecc.passes.lowering.scalar_emitter import concat_boundaries
+
+    group = next(op for op in parse_module(NESTED_CONCAT).walk() if op.name == "fusion.group")
+    result = group.yield_op.operands[0]  # transposed: axis 0 is the inner concat's axis 1
+    assert concat_boundaries(result, 0) == {5}
+    assert concat_boundaries(result, 1) == {3}
+
+
+def test_a_concat_at_an_index_of_known_range_reads_its_piece_without_a_branch():
+    from fusecc.passes.lowering.scalar_emitter import IndexMath
+
+    module = parse_module(NESTED_CONCAT)
+    group = next(op for op in module.walk() if op.name == "fusion.group")
+    kernel = loop.KernelOp.build("k0", [memref_of(v) for v in group.operands])
+    b = Builder(InsertionPoint.at_end(kernel.body))
+    nest = b.insert(loop.ParallelOp.build([2, 3], ["sequential", "sequential"]))
+    b.set_insertion_point(InsertionPoint.at_end(nest.body))
+    im = IndexMath(b)
+    emitter = ScalarEmitter(b, dict(zip(group.body.args, kernel.body.args)), im)
+    i, j = nest.body.args
+    column = im.add(j, im.const(5))  # known to be in [5, 8) below: %y's columns 0..2
+    assert im.add(column, im.const(-5)) is j  # (j + 5) - 5 folds back to j
+    im.assume(j, 0, 3)
+    assert im.range_of(column) == (5, 8)
+    row = im.assume(im.add(i, im.const(3)), 3, 5)  # rows 3, 4: %z
+    emitter.at(group.yield_op.operands[0], [column, im.const(1)])  # %1[1, j+5] = exp(%y[1, j])
+    emitter.at(group.yield_op.operands[0], [im.const(2), row])  # %z[i, 2]
+    ops = [op.name for op in nest.walk()]
+    assert "loop.if" not in ops
+    loads = [op for op in nest.walk() if op.name == "loop.load"]
+    assert [l.buffer for l in loads] == [kernel.body.args[1], kernel.body.args[2]]
+    # Without a known range the piece is chosen per element, as before.
+    emitter.at(group.yield_op.operands[0], [im.add(i, im.const(4)), im.const(0)])
+    assert "loop.if" in [op.name for op in nest.walk()]
