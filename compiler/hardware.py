@@ -30,6 +30,10 @@ class Hardware:
     max_ops_per_group: int  # beyond this, compile time grows without benefit (a 100-op elementwise chain still fits)
     cache_bytes: int  # L2 (GPU) or last-level cache (CPU)
     buffer_alignment: int = 64  # bytes; arena buffers start at multiples of this (cudaMalloc gives 256)
+    # FP32 FMA lanes per SM over the 32-bit words its shared memory delivers per
+    # clock (32 banks): how many FMAs a thread must issue per shared load for the
+    # FMA units, not shared memory, to set the pace. 128/32 on sm_90, 64/32 on sm_80.
+    fma_per_shared_word: int = 1
 
     @property
     def is_gpu(self) -> bool:
@@ -54,6 +58,7 @@ H200 = Hardware(
     max_ops_per_group=128,
     cache_bytes=50 * 1024 * 1024,
     buffer_alignment=256,
+    fma_per_shared_word=4,
 )
 
 A100 = Hardware(
@@ -74,6 +79,7 @@ A100 = Hardware(
     max_ops_per_group=128,
     cache_bytes=40 * 1024 * 1024,
     buffer_alignment=256,
+    fma_per_shared_word=2,
 )
 
 # Our CI machine: 2 cores of an AVX-512 EPYC, ~25 GB/s DRAM copy. The flop

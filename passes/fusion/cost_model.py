@@ -27,16 +27,18 @@ Estimates (`estimate_ops` for a candidate set of top-level ops,
 * flops: per-element weights per op (`FLOPS_PER_ELEMENT`), times how often
   the lowering evaluates the op (values inlined into a larger consumer are
   recomputed per consumer element: `recomputed_flops`);
-* registers per thread: a linear scan for the peak number of live scalar
-  values, plus per-kind state (matmul accumulator tiles, flash-attention
-  tiles, rows kept for a row-wise reduction) and two registers per pointer;
-* shared memory per block: matmul operand tiles (double-buffered),
-  flash-attention Q/K/V tiles, and reduction rows that must be kept for an
-  epilogue when they do not fit in registers.
+* registers per thread and shared memory per block: `kernel_resources`,
+  for the tiles the lowering will use (`tiling.choose_geometry`, which asks
+  the matmul and attention templates for theirs). Elementwise and row
+  kernels: a base, two registers per pointer and the peak number of live
+  scalar values (a linear scan) for each element a thread has in flight;
+  row kernels add a partial per warp and stat in shared memory. Matmul and
+  attention kernels: the templates' own estimates (`gpu_matmul_resources`,
+  `gpu_attention_resources`: accumulators, fragments, staged tiles).
 
-The tiler reads `matmul_tile`, `attention_tile`, `estimate_registers` and
-`estimate_shared_memory`; everything hardware-specific comes from
-`compiler.hardware`.
+The tiler writes the same estimates on each group (`tile.registers`,
+`tile.shared_memory`), and benchmarks/register_estimates.py compares them
+with ptxas. Everything hardware-specific comes from `compiler.hardware`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ from fusecc.compiler.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.types import TensorType
+from fusecc.passes.lowering import attention as attention_template
+from fusecc.passes.lowering import matmul as matmul_template
 from fusecc.passes.lowering.matmul import MAX_SPECIALISED_COPIES
+from fusecc.passes.lowering.tiling import ELEMENTS_PER_THREAD, TileConfig, choose_geometry, elements_per_thread
 
 # Per-element work, in "flops" (one add or multiply = 1). Ops not listed
 # cost 1 if Elementwise, 0 if Injective, 1 per input element if a Reduction.
@@ -71,13 +76,10 @@ FLOPS_PER_ELEMENT = {
     "tensor.rmsnorm": 8,
 }
 
-# Register bookkeeping on a GPU thread: indices, loop counters, predicates.
+# Register bookkeeping on a GPU thread of an elementwise or row kernel:
+# indices, loop counters, predicates (the contraction templates count their own).
 GPU_BASE_REGISTERS = 16
 REGISTERS_PER_POINTER = 2
-# Rows a reduction keeps for its epilogue live in registers up to this many
-# values per thread, else in shared memory.
-ROW_REGISTER_BUDGET = 32
-REDUCTION_THREADS = 256
 
 
 # --------------------------------------------------------------------------- results
@@ -227,72 +229,6 @@ def op_flops(op: Operation) -> tuple[float, float]:
     return 0.0, flops_per_element(op) * numel(op.results[0]) if op.results else 0.0
 
 
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-# --------------------------------------------------------------------------- tiles
-
-
-@dataclass(frozen=True)
-class MatmulTile:
-    block_m: int
-    block_n: int
-    block_k: int
-    threads: int
-    stages: int
-
-    def accumulators_per_thread(self, lanes: int) -> int:
-        return self.block_m * self.block_n // (self.threads * lanes)
-
-
-def matmul_tile(op: Operation, hardware: Hardware) -> MatmulTile:
-    """The block tile the model assumes for a matmul (the tiler may refine it)."""
-    shape = op.result.type.shape
-    m = shape[-2] if len(shape) >= 2 else 1
-    n = shape[-1]
-    if not hardware.is_gpu:
-        return MatmulTile(6, 32, 256, 1, 1)
-    block_m = max(16, min(128, next_pow2(m)))
-    block_n = max(16, min(128, next_pow2(n)))
-    return MatmulTile(block_m, block_n, 32, 256 if block_m * block_n >= 128 * 64 else 128, 2)
-
-
-@dataclass(frozen=True)
-class AttentionTile:
-    block_q: int
-    block_kv: int
-    threads: int
-    registers_per_thread: int
-    shared_memory_bytes: int
-
-
-def attention_tile(op: Operation, hardware: Hardware, reserved_registers: int = 0) -> AttentionTile:
-    """The largest flash-attention tile whose registers and shared memory fit.
-
-    Q is held per block (block_q x D), K and V stream through shared memory
-    (block_kv x D each). On a GPU each of 128 threads holds its share of the
-    scores tile and of the output accumulator; on the CPU the tiles live in
-    the L2 ("shared memory") and 16 vector registers hold the running row.
-    `reserved_registers` are what the rest of the group needs per thread.
-    When nothing fits, the smallest tile is returned and `decide` refuses."""
-    q, k, v = op.operands[:3]
-    d, dv = q.type.shape[-1], v.type.shape[-1]
-    element = q.type.element_type.byte_size
-    threads = 128 if hardware.is_gpu else 1
-    tile = None
-    for block in (128, 64, 32, 16):
-        smem = (block * d + block * d + block * dv) * element
-        if hardware.is_gpu:
-            regs = GPU_BASE_REGISTERS + 16 + (block * dv + block * block) // threads
-        else:
-            regs = 16 * hardware.warp_size
-        tile = AttentionTile(block, block, threads, regs, smem)
-        if smem <= hardware.shared_memory_per_block and regs + reserved_registers <= hardware.registers_per_thread:
-            return tile
-    return tile
-
-
 # --------------------------------------------------------------------------- estimation
 
 
@@ -352,16 +288,22 @@ def _evaluations(body: _Body, kind: str, hardware: Hardware) -> dict[Operation, 
 def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:
     """Element reads of `value` made by `user` in the lowered kernel."""
     if user.has_trait(Contraction):
-        tile = matmul_tile(user, hardware)
-        shape = user.result.type.shape
-        m, n = (shape[-2] if len(shape) >= 2 else 1), shape[-1]
-        factor = math.ceil(n / tile.block_n) if value is user.operands[0] else math.ceil(m / tile.block_m)
-        return numel(value) * factor
+        problem = matmul_template.MatmulProblem.of_op(user)
+        if hardware.is_gpu:
+            tiles = matmul_template.choose_gpu_matmul_tiles(problem, hardware)
+        else:
+            tiles = matmul_template.choose_cpu_matmul_tiles(problem, hardware)
+        a_reads, b_reads = matmul_template.reload_factors(problem, tiles)
+        return numel(value) * (a_reads if value is user.operands[0] else b_reads)
     if is_attention(user):
         if value is user.operands[0]:
             return numel(value)
-        tile = attention_tile(user, hardware)
-        return numel(value) * math.ceil(user.operands[0].type.shape[-2] / tile.block_q)
+        problem = attention_template.AttentionProblem.of_op(user)
+        if hardware.is_gpu:
+            tiles = attention_template.choose_gpu_attention_tiles(problem, hardware)
+        else:
+            tiles = attention_template.choose_cpu_attention_tiles(problem, hardware)
+        return numel(value) * math.ceil(problem.s / tiles.block_q)
     if user.has_trait(Reduction) or user.has_trait(Composite):
         return numel(value)
     per_user = evals.get(user, numel(user.results[0]))
@@ -414,30 +356,61 @@ def _peak_live_words(body: _Body) -> int:
     return peak
 
 
-def _kept_rows(body: _Body, row_shape_numel: int) -> set[Value]:
-    """Full rows an epilogue needs after a reduction: the full-size operands
-    of ops that also read a reduced value computed in the group."""
-    reduced: set[Value] = set()
-    kept: set[Value] = set()
-    for op in body.ops:
-        if op.has_trait(Reduction):
-            reduced.update(op.results)
-            continue
-        if is_row_composite(op):
-            kept.add(op.operands[0])
-            continue
-        operands = op.operands
-        if any(v in reduced for v in operands):
-            small = all(numel(r) < row_shape_numel for r in op.results)
-            if small:
-                reduced.update(op.results)  # still in reduced space (var + eps)
-            else:
-                kept.update(v for v in operands if numel(v) == row_shape_numel)
-    return kept
+def _geometry(body: _Body, kind: str, hardware: Hardware) -> TileConfig:
+    """The tiles the tiler would choose for this body."""
+    return choose_geometry(kind, body.ops, [v.type.shape for v in body.outputs], hardware)
+
+
+def _resources(body: _Body, kind: str, hardware: Hardware, tiles: TileConfig) -> tuple[int, int]:
+    """(registers per thread, shared memory per block) of the kernel that
+    lowers `body` as a `kind` group with `tiles`. On the CPU a "register" is
+    a vector lane and "shared memory" the tiles a worker keeps in cache."""
+    live = _peak_live_words(body)
+    pointers = len(body.inputs) + len(body.outputs)
+    contraction = next((op for op in body.ops if op.has_trait(Contraction) or is_attention(op)), None)
+    if not hardware.is_gpu:
+        lanes = hardware.warp_size
+        registers, shared = (live + 1) * lanes, 0
+        if kind == "matmul" and contraction is not None:
+            # The register tile's accumulators, and a vector of B.
+            problem = matmul_template.MatmulProblem.of_op(contraction)
+            cpu = matmul_template.choose_cpu_matmul_tiles(problem, hardware, tiles.block or None)
+            registers += cpu.micro_m * cpu.micro_n + cpu.micro_n
+        elif kind == "attention" and contraction is not None:
+            # A row of scores in registers; the q, k, v, output tiles in cache.
+            problem = attention_template.AttentionProblem.of_op(contraction)
+            bq, bt = tiles.block
+            registers += bt
+            shared = (bq * problem.d + problem.d * bt + bt * problem.dv + bq * problem.dv) * 4
+        return registers, shared
+    if kind == "matmul" and contraction is not None:
+        problem = matmul_template.MatmulProblem.of_op(contraction)
+        gpu = matmul_template.GpuMatmulTiles(*tiles.block, tiles.k, tiles.threads)
+        used = matmul_template.gpu_matmul_resources(gpu, problem.result.type.element_type)
+        # The epilogue runs after the k loop, in the registers the A and B
+        # fragments held; only what it needs beyond them (side inputs' pointers
+        # and its live values) adds up.
+        tm, tn = gpu.micro_tile
+        epilogue = REGISTERS_PER_POINTER * max(0, pointers - 3) + live
+        return used.registers_per_thread + max(0, epilogue - tm - tn), used.shared_bytes
+    if kind == "attention" and contraction is not None:
+        problem = attention_template.AttentionProblem.of_op(contraction)
+        gpu = attention_template.AttentionTiles(*tiles.block, tiles.threads)
+        used = attention_template.gpu_attention_resources(gpu, problem)
+        return used.registers_per_thread + REGISTERS_PER_POINTER * max(0, pointers - 4), used.shared_bytes
+    # A row kernel keeps each statistic it reduced in a register for the epilogue.
+    registers = GPU_BASE_REGISTERS + REGISTERS_PER_POINTER * pointers + elements_per_thread(tiles, hardware) * live + tiles.statistics
+    return registers, tiles.shared_memory_bytes
+
+
+def register_growth_per_value(hardware: Hardware) -> int:
+    """At most how many registers one more value read or written adds to an
+    elementwise or matmul group whose shapes do not grow: a pointer and a
+    live value per element a thread computes."""
+    return REGISTERS_PER_POINTER + ELEMENTS_PER_THREAD if hardware.is_gpu else 2 * hardware.warp_size
 
 
 def _estimate(body: _Body, kind: str, hardware: Hardware) -> GroupCost:
-    lanes = 1 if hardware.is_gpu else hardware.warp_size
     bytes_read = sum(byte_size(v) for v in body.inputs)
     bytes_written = sum(byte_size(v) for v in body.outputs)
     evals = _evaluations(body, kind, hardware)
@@ -449,42 +422,7 @@ def _estimate(body: _Body, kind: str, hardware: Hardware) -> GroupCost:
         tensor_flops += core
         other_flops += other * factor
         recomputed += other * (factor - 1)
-    pointers = len(body.inputs) + len(body.outputs)
-    live = _peak_live_words(body)
-    shared = 0
-    if hardware.is_gpu:
-        registers = GPU_BASE_REGISTERS + REGISTERS_PER_POINTER * pointers + live
-    else:
-        registers = (live + 1) * lanes
-    if kind == "matmul":
-        for op in body.ops:
-            if op.has_trait(Contraction):
-                tile = matmul_tile(op, hardware)
-                fragments = (tile.block_m + tile.block_n) // (16 * lanes) if hardware.is_gpu else 2
-                registers += (tile.accumulators_per_thread(lanes) + fragments) * lanes
-                element = op.operands[0].type.element_type.byte_size
-                shared = max(shared, (tile.block_m * tile.block_k + tile.block_k * tile.block_n) * element * tile.stages)
-    elif kind == "attention":
-        for op in body.ops:
-            if is_attention(op):
-                others = registers - (GPU_BASE_REGISTERS if hardware.is_gpu else 0)
-                tile = attention_tile(op, hardware, others)
-                registers = others + tile.registers_per_thread
-                shared = max(shared, tile.shared_memory_bytes)
-    elif kind == "reduction":
-        rows = _row_elements(body)
-        if rows is not None:
-            length = rows[1]
-            row_numel = rows[0] * length
-            kept = _kept_rows(body, row_numel)
-            per_thread = math.ceil(length / (REDUCTION_THREADS if hardware.is_gpu else lanes))
-            element = max((v.type.element_type.byte_size for v in kept), default=4)
-            if len(kept) * per_thread <= ROW_REGISTER_BUDGET:
-                registers += len(kept) * per_thread * lanes
-            else:
-                shared = len(kept) * length * element
-            reductions = sum(1 for op in body.ops if op.has_trait(Reduction) or is_row_composite(op))
-            shared += reductions * 32 * 4  # one partial per warp and reduction
+    registers, shared = _resources(body, kind, hardware, _geometry(body, kind, hardware))
     compute = tensor_flops / hardware.peak_tensor_flops + other_flops / hardware.peak_flops
     memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
     time = hardware.launch_overhead + max(compute, memory)
@@ -528,8 +466,9 @@ def estimate_ops(ops: Sequence[Operation], hardware: Hardware, kind: str | None 
 
 
 def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_input_bytes: int = 0) -> GroupCost:
-    """One launch running independent parts side by side: traffic and work
-    add up, registers and shared memory are those of the hungriest part."""
+    """One launch running independent parts side by side: traffic, work and
+    shared memory (every part's buffers are declared in the kernel) add up;
+    registers are those of the hungriest part (a block runs one part)."""
     bytes_read = sum(p.bytes_read for p in parts) - shared_input_bytes
     bytes_written = sum(p.bytes_written for p in parts)
     compute = sum(p.compute_seconds for p in parts)
@@ -542,38 +481,52 @@ def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_in
         flops=sum(p.flops for p in parts),
         recomputed_flops=sum(p.recomputed_flops for p in parts),
         registers_per_thread=max(p.registers_per_thread for p in parts),
-        shared_memory_bytes=max(p.shared_memory_bytes for p in parts),
+        shared_memory_bytes=sum(p.shared_memory_bytes for p in parts),
         compute_seconds=compute,
         time_seconds=hardware.launch_overhead + max(memory, compute),
     )
 
 
-def estimate_group(group: Operation, hardware: Hardware) -> GroupCost:
-    """Cost of a materialised `fusion.group` (the tiler's entry point)."""
+def _kernel_bodies(group: Operation) -> list[tuple[str, _Body]]:
+    """(kind, body) of the group, or of each of its parts if horizontal."""
     kind = group.attr("kind")
     free = {arg for arg, value in zip(group.body.args, group.operands) if is_free_input(value)}
-    if kind == "horizontal":
-        from .parts import horizontal_parts
+    if kind != "horizontal":
+        return [(kind, _Body(group.body_ops(), group.body.args, group.yield_op.operands, free))]
+    from .parts import horizontal_parts
 
-        parts = horizontal_parts(group)
-        costs = []
-        for part_kind, ops in parts:
-            members = set(ops)
-            body = _Body(ops, external_inputs(ops, members), [v for v in group.yield_op.operands if v.defining_op in members], free)
-            costs.append(_estimate(body, part_kind, hardware))
-        read = {v for _, ops in parts for v in external_inputs(ops, set(ops)) if v not in free}
-        total_read = sum(byte_size(v) for v in read)
-        return combine_horizontal(costs, hardware, shared_input_bytes=sum(c.bytes_read for c in costs) - total_read)
-    body = _Body(group.body_ops(), group.body.args, group.yield_op.operands, free)
-    return _estimate(body, kind, hardware)
+    bodies = []
+    for part_kind, ops in horizontal_parts(group):
+        members = set(ops)
+        outputs = [v for v in group.yield_op.operands if v.defining_op in members]
+        bodies.append((part_kind, _Body(ops, external_inputs(ops, members), outputs, free)))
+    return bodies
 
 
-def estimate_registers(group: Operation, hardware: Hardware) -> int:
-    return estimate_group(group, hardware).registers_per_thread
+def estimate_group(group: Operation, hardware: Hardware) -> GroupCost:
+    """Cost of a materialised `fusion.group`."""
+    bodies = _kernel_bodies(group)
+    if group.attr("kind") != "horizontal":
+        ((kind, body),) = bodies
+        return _estimate(body, kind, hardware)
+    costs = [_estimate(body, kind, hardware) for kind, body in bodies]
+    read = {v for _, body in bodies for v in body.inputs}
+    shared_input_bytes = sum(c.bytes_read for c in costs) - sum(byte_size(v) for v in read)
+    return combine_horizontal(costs, hardware, shared_input_bytes=shared_input_bytes)
 
 
-def estimate_shared_memory(group: Operation, hardware: Hardware) -> int:
-    return estimate_group(group, hardware).shared_memory_bytes
+def kernel_resources(group: Operation, hardware: Hardware, tiles: TileConfig) -> tuple[int, int]:
+    """(registers per thread, shared memory per block) of the kernel that
+    lowers `group` with `tiles`: what the tiler writes as `tile.registers`
+    and `tile.shared_memory`. With the tiler's own choice of tiles it is
+    `estimate_group`'s figure; the parts of a horizontal group keep their
+    own tiles: the hungriest part's registers, every part's shared memory."""
+    bodies = _kernel_bodies(group)
+    if group.attr("kind") != "horizontal":
+        ((kind, body),) = bodies
+        return _resources(body, kind, hardware, tiles)
+    used = [_resources(body, kind, hardware, _geometry(body, kind, hardware)) for kind, body in bodies]
+    return max(r for r, _ in used), sum(s for _, s in used)
 
 
 # --------------------------------------------------------------------------- the decision
@@ -650,24 +603,20 @@ def describe_saving(saved_bytes: int, launches: int, saved_seconds: float) -> st
 
 
 __all__ = [
-    "AttentionTile",
     "infer_kind",
     "Decision",
     "FLOPS_PER_ELEMENT",
     "GroupCost",
-    "MatmulTile",
-    "attention_tile",
     "check_limits",
     "combine_horizontal",
     "decide",
     "estimate_group",
     "estimate_ops",
-    "estimate_registers",
-    "estimate_shared_memory",
+    "kernel_resources",
+    "register_growth_per_value",
     "format_bytes",
     "format_kib",
     "format_time",
-    "matmul_tile",
     "sibling_merge_refusal",
     "sibling_merge_saving",
 ]

@@ -330,8 +330,8 @@ class Partition:
 
     def _register_bound(self, cluster: Cluster, ops: list[Operation]) -> int:
         """An upper bound on the registers per thread of `cluster` plus `ops`:
-        the last exact estimate, plus for every added op two pointers and a
-        live value for each operand it reads from outside and each result."""
+        the last exact estimate, plus for every added op a pointer and live
+        values for each operand it reads from outside and each result."""
         if cluster.bound is None:
             cluster.bound = self.cost(cluster).registers_per_thread
         hw = self.hardware
@@ -340,7 +340,7 @@ class Partition:
         for op in ops:
             outside = sum(1 for v in op.operands if members.get(v.defining_op) is not cluster and not cm.is_free_input(v))
             added += outside + len(op.results)
-        per_value = (cm.REGISTERS_PER_POINTER + 2) if hw.is_gpu else 2 * hw.warp_size
+        per_value = cm.register_growth_per_value(hw)
         return cluster.bound + added * per_value
 
     # --- growth ----------------------------------------------------------------

@@ -75,7 +75,10 @@ class AttentionProblem:
         ops = [op for op in group.body_ops() if isinstance(op, T.AttentionOp)]
         if len(ops) != 1:
             raise LoweringError(f"an attention group holds exactly one tensor.attention, but group at {group.location} holds {len(ops)}")
-        op = ops[0]
+        return cls.of_op(ops[0])
+
+    @classmethod
+    def of_op(cls, op: T.AttentionOp) -> "AttentionProblem":
         q, k, v = (x.type.shape for x in (op.query, op.key, op.value))
         batch = broadcast_shapes(q[:-2], k[:-2], v[:-2])
         return cls(op, tuple(batch), q[-2], k[-2], q[-1], v[-1])
@@ -132,17 +135,43 @@ class AttentionTiles:
         return self.threads // self.block_q
 
 
+def choose_gpu_attention_tiles(problem: AttentionProblem, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
+    """BQ query rows × BT keys, 64 × 64 or the problem's size rounded up to a
+    power of two (at least 8), halved together until the registers and
+    shared memory fit (`gpu_attention_resources`); two threads per query row
+    (one warp at least: the row sums are warp shuffles). `block` and
+    `threads` force those choices. When nothing fits, the smallest tile is
+    returned: the cost model refuses the fusion and the template the tile."""
+    bq, bt = min(64, max(8, next_pow2(problem.s))), min(64, max(8, next_pow2(problem.t)))
+    while True:
+        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
+        try:
+            check_resources(gpu_attention_resources(tiles, problem), hardware, "attention")
+            break
+        except LoweringError:
+            if min(bq, bt) <= 8:
+                break
+            bq, bt = max(8, bq // 2), max(8, bt // 2)
+    if block is not None:
+        bq, bt = block
+        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
+    return AttentionTiles(tiles.block_q, tiles.block_t, threads or tiles.threads)
+
+
+def choose_cpu_attention_tiles(problem: AttentionProblem, hardware: Hardware, block=None) -> AttentionTiles:
+    """32 query rows per worker iteration × 64 keys (4 vectors), fewer keys
+    for a short sequence; `block` forces both."""
+    bq, bt = block if block is not None else (32, min(4 * hardware.warp_size, next_pow2(problem.t)))
+    return AttentionTiles(bq, bt)
+
+
 def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardware) -> AttentionTiles:
-    """The group's `tile.block = [BQ, BT]` and `tile.threads` when the tiler
-    set them, else ours: on a GPU 64 query rows × 64 keys with 4 threads per
-    row (256 threads); on a CPU 16 rows × 64 keys (4 vectors of keys)."""
+    """The group's `tile.block = [BQ, BT]` and `tile.threads` as the tiler
+    set them; what it leaves out, the choosers above fill in."""
+    block = tile_attribute(group, "tile.block", None)
     if hardware.is_gpu:
-        bq = min(64, max(8, next_pow2(problem.s)))
-        bt = min(64, max(8, next_pow2(problem.t)))
-        block = tile_attribute(group, "tile.block", [bq, bt])
-        return AttentionTiles(block[0], block[1], tile_attribute(group, "tile.threads", block[0] * 4))
-    block = tile_attribute(group, "tile.block", [16, 4 * hardware.warp_size])
-    return AttentionTiles(block[0], block[1])
+        return choose_gpu_attention_tiles(problem, hardware, block, tile_attribute(group, "tile.threads", None))
+    return choose_cpu_attention_tiles(problem, hardware, block)
 
 
 def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) -> KernelResources:

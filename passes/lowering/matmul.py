@@ -6,8 +6,10 @@ cheap elementwise prologue on its operands (computed while the operands are
 read) and an epilogue on its result: elementwise ops (bias, activation,
 residual, cast) and layout ops (a head split), applied to the accumulators
 before the single store (see `epilogue.py`). Tile sizes come from the
-tiler's `tile.*` attributes (`gpu_matmul_tiles`, `cpu_matmul_tiles`); what
-they cost in registers and shared memory is `gpu_matmul_resources`.
+tiler's `tile.*` attributes (`gpu_matmul_tiles`, `cpu_matmul_tiles`), which
+come from the choosers here (`choose_gpu_matmul_tiles`,
+`choose_cpu_matmul_tiles`); what they cost in registers and shared memory is
+`gpu_matmul_resources`. The tiler and the fusion cost model both ask these.
 
 GPU (Triton-style block tiles, boundary masks):
 
@@ -53,6 +55,7 @@ last tile is guarded at the span's end, as the separate matmuls' would be.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -88,7 +91,10 @@ class MatmulProblem:
         matmuls = [op for op in group.body_ops() if isinstance(op, T.MatmulOp)]
         if len(matmuls) != 1:
             raise LoweringError(f"a matmul group holds exactly one tensor.matmul, but group at {group.location} holds {len(matmuls)}")
-        op = matmuls[0]
+        return cls.of_op(matmuls[0])
+
+    @classmethod
+    def of_op(cls, op: T.MatmulOp) -> "MatmulProblem":
         a, b = cls._logical(op.lhs.type.shape, op.attr("transpose_a")), cls._logical(op.rhs.type.shape, op.attr("transpose_b"))
         m = a[-2] if len(a) >= 2 else 1
         n = b[-1] if len(b) >= 2 else 1
@@ -274,29 +280,111 @@ def tile_attribute(group: GroupOp, name: str, default):
     return default if value is None else value.value
 
 
-def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> GpuMatmulTiles:
-    """`tile.block = [BM, BN]`, `tile.k = BK`, `tile.threads` when the tiler
-    set them, else ours: 64×64×16 over 256 threads (4×4 per thread), 128×128×8
-    (8×8 per thread) for large products, shrunk for small matrices."""
-    if problem.m >= 2048 and problem.n >= 2048:
-        bm, bn, bk = 128, 128, 8
+# The GPU block tiles, fullest first: (BM, BN, threads). Every block has at
+# least four warps, one for each scheduler of an SM; the TM×TN outputs per
+# thread (`GpuMatmulTiles.micro_tile`) shrink with the tile.
+GPU_MATMUL_TILES = (
+    (128, 128, 256),  # 8×8 per thread
+    (128, 64, 256),  # 4×8
+    (64, 64, 128),  # 4×8
+    (64, 32, 128),  # 4×4
+    (32, 32, 128),  # 2×4
+    (32, 16, 128),  # 2×2
+    (16, 16, 128),  # 1×2
+)
+
+
+def busiest_sm_work(batch: int, m: int, n: int, tiles: GpuMatmulTiles, hardware: Hardware) -> float:
+    """The modelled issue time of the busiest SM, in FMA-issue units per k:
+    its share of the blocks (⌈blocks / SMs⌉, blocks spread evenly) times the
+    outputs of a block times what an output costs. A TM×TN micro-tile does
+    TM·TN FMAs per TM + TN shared-memory loads, and an SM issues
+    `fma_per_shared_word` FMAs in the time its shared memory serves one
+    word per lane, so an output costs max(1, F·(TM+TN)/(TM·TN)): on an H200
+    8×8 runs at the FMA rate, 4×4 at half of it, 1×2 at a sixth."""
+    tm, tn = tiles.micro_tile
+    blocks = batch * ceil_div(m, tiles.block_m) * ceil_div(n, tiles.block_n)
+    per_output = max(1.0, hardware.fma_per_shared_word * (tm + tn) / (tm * tn))
+    return ceil_div(blocks, hardware.sm_count) * tiles.block_m * tiles.block_n * per_output
+
+
+@functools.lru_cache(maxsize=1024)
+def _best_gpu_tiles(batch: int, m: int, n: int, element: ScalarType, hardware: Hardware) -> GpuMatmulTiles:
+    """`choose_gpu_matmul_tiles`'s own choice (memoised: the fusion planner
+    asks about the same shapes many times)."""
+    fitting = []
+    for bm, bn, t in GPU_MATMUL_TILES:
+        if bm > max(16, next_pow2(m)) or bn > max(16, next_pow2(n)):
+            continue
+        tiles = GpuMatmulTiles(bm, bn, 32, t)
+        try:
+            check_resources(gpu_matmul_resources(tiles, element), hardware, "matmul")
+        except LoweringError:
+            continue
+        fitting.append(tiles)
+    if not fitting:
+        last = GPU_MATMUL_TILES[-1]
+        return GpuMatmulTiles(last[0], last[1], 32, last[2])
+    return min(fitting, key=lambda tiles: busiest_sm_work(batch, m, n, tiles, hardware))
+
+
+def choose_gpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles:
+    """The block tile for `problem`: of the tiles in `GPU_MATMUL_TILES` whose
+    registers and shared memory fit (`gpu_matmul_resources`) and that the
+    matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), the one
+    that keeps the busiest SM busy for the least time (`busiest_sm_work`),
+    the fuller on a tie.
+
+    So fuller tiles (more reuse of each staged element, more accumulators per
+    thread) win until their grid leaves so many SMs idle that smaller tiles
+    finish sooner despite running below the FMA rate: 4096×4096 takes
+    128×128 tiles, the MLP's 128×768 output 32×32 tiles (96 blocks on 132
+    SMs), a matrix too small to fill the machine the smallest tile. Blocks
+    stay at four warps or more rather than shrink to one: a one-warp block
+    leaves three of an SM's four schedulers without a warp from it and caps
+    the SM at 32 resident warps. BK = 32 (fewer barriers per K), less for a
+    shorter K. `block`, `k`, `threads` force those choices."""
+    chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.result.type.element_type, hardware)
+    if block is None:
+        bm, bn, default_threads = chosen.block_m, chosen.block_n, chosen.threads
     else:
-        bm, bn, bk = (min(64, max(16, next_pow2(x))) for x in (problem.m, problem.n, 16))
-    block = tile_attribute(group, "tile.block", [bm, bn])
-    threads = tile_attribute(group, "tile.threads", max(hardware.warp_size, min(256, block[0] * block[1] // 16)))
-    return GpuMatmulTiles(block[0], block[1], tile_attribute(group, "tile.k", bk), threads)
+        bm, bn = block
+        default_threads = next((t for m, n, t in GPU_MATMUL_TILES if (m, n) == (bm, bn)), max(hardware.warp_size, min(256, bm * bn // 16)))
+    return GpuMatmulTiles(bm, bn, k or min(32, max(8, next_pow2(problem.k))), threads or default_threads)
 
 
-def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> CpuMatmulTiles:
-    """`tile.block = [MC, NC]` when the tiler set it, else 64×256 (an A
-    block that stays in L2 while B streams through in K×NR panels), cut to
-    the problem; the register tile is 8 rows × 2 vectors: 16 of the 32
+def choose_cpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None) -> CpuMatmulTiles:
+    """MC×NC = 64×256 (an A block that stays in L2 while B streams through in
+    K×NR panels) unless `block` says otherwise, cut to the problem in whole
+    register tiles; the register tile is 8 rows × 2 vectors: 16 of the 32
     vector registers accumulate (docs/cpu-target.md)."""
     mr, nr = min(8, problem.m), 2 * hardware.warp_size
-    mc, nc = tile_attribute(group, "tile.block", [64, 256])
+    mc, nc = block if block is not None else (64, 256)
     mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
     return CpuMatmulTiles(mc, nc, mr, nr)
+
+
+def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> GpuMatmulTiles:
+    """`tile.block = [BM, BN]`, `tile.k = BK`, `tile.threads` as the tiler
+    set them; what it leaves out, `choose_gpu_matmul_tiles` fills in."""
+    block = tile_attribute(group, "tile.block", None)
+    return choose_gpu_matmul_tiles(problem, hardware, block, tile_attribute(group, "tile.k", None), tile_attribute(group, "tile.threads", None))
+
+
+def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> CpuMatmulTiles:
+    """`tile.block = [MC, NC]` as the tiler set it, else `choose_cpu_matmul_tiles`'s."""
+    return choose_cpu_matmul_tiles(problem, hardware, tile_attribute(group, "tile.block", None))
+
+
+def reload_factors(problem: MatmulProblem, tiles: GpuMatmulTiles | CpuMatmulTiles) -> tuple[int, int]:
+    """How many times the kernel reads each element of A and of B: A once
+    per column tile (a block's BN, or a CPU register tile's NR columns), B
+    once per row tile (BM, or MR rows). A prologue on an operand runs that
+    often."""
+    if isinstance(tiles, GpuMatmulTiles):
+        return ceil_div(problem.n, tiles.block_n), ceil_div(problem.m, tiles.block_m)
+    return ceil_div(problem.n, tiles.micro_n), ceil_div(problem.m, tiles.micro_m)
 
 
 def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelResources:

@@ -28,8 +28,12 @@ override the choice for every group they apply to (`block` applies to the
 kinds whose block has as many entries); a choice that breaks the
 hardware's limits is an error located at the group.
 
-The fusion cost model asks `choose_tiles(group, hw).registers_per_thread`
-and `.shared_memory_bytes` to refuse fusions that would spill or not fit.
+Matmul and attention tiles are the templates' (`matmul.choose_gpu_matmul_tiles`,
+`attention.choose_gpu_attention_tiles` and their CPU twins). The register and
+shared-memory estimates of every kind come from one function, the fusion
+cost model's `kernel_resources`, which uses the same geometry
+(`choose_geometry`) for the candidate groups it judges: `tile.registers` is
+the number the cost model compared with the hardware's limit.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.dialects.fusion import GroupOp
 
 from .kernel_builder import ceil_div, next_pow2, product
+from .reduction_analysis import RULES, analyse_ops
 from .scalar_emitter import LoweringError
 
 THREADS = "tile.threads"
@@ -65,6 +70,7 @@ class TileConfig:
     split: int = 1
     registers_per_thread: int = 0
     shared_memory_bytes: int = 0
+    statistics: int = 0  # sums and maxima a row kernel reduces (for the estimates; not an attribute)
 
     @property
     def threads_per_row(self) -> int:
@@ -129,34 +135,53 @@ def choose_tiles(group: GroupOp, hw: Hardware, overrides: Overrides | None = Non
     estimates. Sizes the user forced (`overrides`) that break the hardware's
     limits are an error at the group; the tiler's own choices fit (ask
     `limit_problem(hw, config)` to judge a config)."""
+    # The estimates are the fusion cost model's (`kernel_resources`), which
+    # asks this module and the templates for the geometry of candidate
+    # groups: one estimate for the fusion decisions and the tiles.
+    from fusecc.passes.fusion.cost_model import kernel_resources
+
     overrides = overrides or Overrides()
     kind = group.attr("kind")
-    chooser = {
-        "matmul": _matmul,
-        "attention": _attention,
-        "horizontal": _horizontal,
-    }.get(kind)
-    if chooser is None:
-        chooser = _rows if _has_reductions(group) else _elementwise
-    config = chooser(group, hw, overrides)
+    outputs = group.yield_op.operands
+    config = choose_geometry(kind, group.body_ops(), [v.type.shape for v in outputs], hw, overrides)
+    registers, shared = kernel_resources(group, hw, config)
+    config = replace(config, registers_per_thread=registers, shared_memory_bytes=shared)
     if overrides != Overrides():
         check_limits(group, hw, config)
     return config
 
 
-def _has_reductions(group: GroupOp) -> bool:
-    from .reduction_analysis import RULES
+def choose_geometry(kind: str, ops, output_shapes, hw: Hardware, overrides: Overrides | None = None) -> TileConfig:
+    """How a kernel of `kind` made of `ops` (program order) computing
+    outputs of `output_shapes` is cut into blocks and threads (or worker
+    iterations): a TileConfig without the estimates. `choose_tiles` asks it
+    for a group, the fusion cost model for a candidate group."""
+    o = overrides or Overrides()
+    if kind == "matmul":
+        return _matmul(ops, hw, o)
+    if kind == "attention":
+        return _attention(ops, hw, o)
+    if kind == "horizontal":
+        return TileConfig(threads=o.threads or 256) if hw.is_gpu else TileConfig()
+    if any(op.name in RULES for op in ops):
+        analysis = row_analysis(ops)
+        geometry = analysis_geometry(analysis) if analysis is not None else None
+        return replace(rows_config(hw, geometry or (1, 1, 1), o), statistics=len(analysis.stats) if analysis is not None else 0)
+    shape = max(output_shapes, key=product, default=())
+    threads, block = elementwise_block(hw, shape, o.threads)
+    if o.block is not None and len(o.block) == 1:
+        block = o.block
+    return TileConfig(threads=threads, block=block)
 
-    return any(op.name in RULES for op in group.body_ops())
+
+def elements_per_thread(config: TileConfig, hw: Hardware) -> int:
+    """Elements a GPU thread of an elementwise kernel computes (one unrolled loop)."""
+    return max(1, config.block[0] // config.threads) if hw.is_gpu and len(config.block) == 1 and config.threads > 1 else 1
 
 
-def _body_size(group: GroupOp) -> int:
-    return len(group.body_ops())
-
-
-def _elementwise_registers(group: GroupOp, per_thread: int) -> int:
-    # A live value or two per op, per element a thread keeps in flight.
-    return min(255, 16 + 2 * min(_body_size(group), 48) * per_thread)
+# Elements a GPU thread of an elementwise kernel computes once the grid is
+# full (eight blocks per SM): fewer, longer-lived threads.
+ELEMENTS_PER_THREAD = 4
 
 
 def elementwise_block(hw: Hardware, shape: tuple[int, ...], threads: int | None = None) -> tuple[int, tuple[int, ...]]:
@@ -164,7 +189,7 @@ def elementwise_block(hw: Hardware, shape: tuple[int, ...], threads: int | None 
     n = product(shape)
     if hw.is_gpu:
         t = threads or (256 if n >= 256 else max(hw.warp_size, next_pow2(n)))
-        per_thread = 4 if n >= 8 * t * hw.sm_count else 1
+        per_thread = ELEMENTS_PER_THREAD if n >= 8 * t * hw.sm_count else 1
         return t, (t * per_thread,)
     last = shape[-1] if shape else 1
     return 1, (_cpu_chunk(last),)
@@ -182,22 +207,11 @@ def _cpu_chunk(last: int) -> int:
     return last
 
 
-def _elementwise(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
-    shape = max((r.type.shape for r in group.results), key=product, default=())
-    threads, block = elementwise_block(hw, shape, o.threads)
-    if o.block is not None and len(o.block) == 1:
-        block = o.block
-    per_thread = max(1, block[0] // threads) if hw.is_gpu else 1
-    return TileConfig(threads=threads, block=block, registers_per_thread=_elementwise_registers(group, per_thread))
-
-
-def row_geometry(group: GroupOp) -> tuple[int, int, int] | None:
-    """(rows, longest reduced length, most stats reduced together) of a group
-    whose stats all share their kept shape, else None."""
-    from .reduction_analysis import analyse
-
+def row_analysis(ops):
+    """The stats and levels (`reduction_analysis.Analysis`) of a group body
+    (`ops`, or a group), or None if it is not a row computation."""
     try:
-        return analysis_geometry(analyse(group))
+        return analyse_ops(ops.body_ops() if isinstance(ops, GroupOp) else ops)
     except LoweringError:
         return None
 
@@ -211,20 +225,16 @@ def analysis_geometry(analysis) -> tuple[int, int, int] | None:
     return product(rows), length, together
 
 
-def _rows(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
-    return rows_config(hw, row_geometry(group) or (1, 1, 1), o, _elementwise_registers(group, 2))
-
-
-def rows_config(hw: Hardware, geometry: tuple[int, int, int], o: Overrides, registers: int = 32) -> TileConfig:
+def rows_config(hw: Hardware, geometry: tuple[int, int, int], o: Overrides) -> TileConfig:
     """Tiles of a row reduction of `rows` rows of `length` elements, reducing
     `together` stats at once: about 8 elements per thread and row, rows
     packed into blocks of up to 256 threads, and rows split over several
     blocks (workers) when there are too few rows to fill the machine and
-    they are long."""
+    they are long. Its shared memory is `reduction_shared_memory`."""
     rows, length, together = geometry
     if not hw.is_gpu:
         split = o.split or (min(ceil_div(length, 16384), 4 * hw.sm_count) if rows < 2 * hw.sm_count and length >= 65536 else 1)
-        return TileConfig(split=max(1, split), registers_per_thread=registers)
+        return TileConfig(split=max(1, split))
     per_row = min(256, next_pow2(ceil_div(length, 8)))
     threads = o.threads or min(256, max(hw.warp_size, per_row * next_pow2(rows)))
     split = o.split
@@ -236,7 +246,7 @@ def rows_config(hw: Hardware, geometry: tuple[int, int, int], o: Overrides, regi
         rows_per_block = 1
     else:
         rows_per_block = o.rows_per_block or max(1, threads // min(per_row, threads))
-    config = TileConfig(threads=threads, rows_per_block=rows_per_block, split=split, registers_per_thread=registers)
+    config = TileConfig(threads=threads, rows_per_block=rows_per_block, split=split)
     return replace(config, shared_memory_bytes=reduction_shared_memory(config, together, hw))
 
 
@@ -247,77 +257,34 @@ def reduction_shared_memory(config: TileConfig, together: int, hw: Hardware) -> 
     return together * (config.threads // hw.warp_size) * 4
 
 
-def _matmul_dims(group: GroupOp) -> tuple[int, int, int, int, int]:
-    """(batch, M, N, K, element bytes) of the group's matmul."""
-    op = next((op for op in group.body_ops() if op.name == "tensor.matmul"), None)
-    if op is None:
-        return 1, 1, 1, 1, 4
-    out = op.result.type.shape
-    a = op.lhs.type.shape
-    k = a[-2] if op.attr("transpose_a") and len(a) >= 2 else a[-1]
-    m = out[-2] if len(out) >= 2 and len(a) >= 2 else 1
-    n = out[-1] if op.rhs.type.rank >= 2 else 1
-    batch = product(out) // max(1, m * n)
-    return batch, m, n, k, op.lhs.type.element_type.byte_size
+def _contraction(ops, name: str):
+    return next(op for op in ops if op.name == name)
 
 
-MATMUL_TILES = ((128, 128, 32, 256), (128, 64, 32, 256), (64, 64, 32, 128), (64, 32, 32, 128), (32, 32, 32, 64), (16, 16, 16, 32))
+def _matmul(ops, hw: Hardware, o: Overrides) -> TileConfig:
+    """The matmul template's tiles (`matmul.choose_*_matmul_tiles`)."""
+    from .matmul import MatmulProblem, choose_cpu_matmul_tiles, choose_gpu_matmul_tiles
 
-
-def matmul_resources(bm: int, bn: int, bk: int, threads: int, element_bytes: int) -> tuple[int, int]:
-    """(registers per thread, shared bytes) of a double-buffered tile:
-    the accumulators, fragments of A and B, and some addressing."""
-    registers = 40 + bm * bn // threads + (bm + bn) * bk // threads // 4
-    shared = 2 * (bm * bk + bk * bn) * element_bytes
-    return registers, shared
-
-
-def _matmul(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
-    batch, m, n, k, eb = _matmul_dims(group)
+    problem = MatmulProblem.of_op(_contraction(ops, "tensor.matmul"))
+    block = o.block if o.block is not None and len(o.block) == 2 else None
     if not hw.is_gpu:
-        bm, bn = o.block if o.block is not None and len(o.block) == 2 else (min(64, next_pow2(m)), min(256, next_pow2(n)))
-        return TileConfig(block=(bm, bn), k=o.k or min(256, k), registers_per_thread=32)
-    chosen = None
-    for bm, bn, bk, t in MATMUL_TILES:
-        if bm > max(16, next_pow2(m)) or bn > max(16, next_pow2(n)):
-            continue
-        registers, shared = matmul_resources(bm, bn, bk, t, eb)
-        if registers > hw.registers_per_thread or shared > hw.shared_memory_per_block:
-            continue
-        chosen = (bm, bn, bk, t)
-        if batch * ceil_div(m, bm) * ceil_div(n, bn) >= hw.sm_count:
-            break
-    bm, bn, bk, t = chosen or MATMUL_TILES[-1]
-    if o.block is not None and len(o.block) == 2:
-        bm, bn = o.block
-    bk = o.k or bk
-    t = o.threads or t
-    registers, shared = matmul_resources(bm, bn, bk, t, eb)
-    return TileConfig(threads=t, block=(bm, bn), k=bk, registers_per_thread=registers, shared_memory_bytes=shared)
+        tiles = choose_cpu_matmul_tiles(problem, hw, block)
+        return TileConfig(block=(tiles.block_m, tiles.block_n))
+    tiles = choose_gpu_matmul_tiles(problem, hw, block, o.k, o.threads)
+    return TileConfig(threads=tiles.threads, block=(tiles.block_m, tiles.block_n), k=tiles.block_k)
 
 
-def _attention(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
-    op = next((op for op in group.body_ops() if op.name == "tensor.attention"), None)
-    depth = op.query.type.shape[-1] if op is not None else 64
-    length = op.key.type.shape[-2] if op is not None else 64
-    eb = op.query.type.element_type.byte_size if op is not None else 4
-    if o.block is not None and len(o.block) == 2:
-        bq, bkv = o.block
-    else:
-        bq, bkv = (64, min(64, next_pow2(length))) if hw.is_gpu else (32, min(64, next_pow2(length)))
+def _attention(ops, hw: Hardware, o: Overrides) -> TileConfig:
+    """The attention template's tiles (`attention.choose_*_attention_tiles`)."""
+    from .attention import AttentionProblem, choose_cpu_attention_tiles, choose_gpu_attention_tiles
+
+    problem = AttentionProblem.of_op(_contraction(ops, "tensor.attention"))
+    block = o.block if o.block is not None and len(o.block) == 2 else None
     if not hw.is_gpu:
-        return TileConfig(block=(bq, bkv), registers_per_thread=32)
-    t = o.threads or 128
-    shared = (bq * depth + 2 * bkv * depth) * eb + bq * bkv * 4
-    registers = min(255, 48 + bq * depth // t + bq * bkv // t)
-    return TileConfig(threads=t, block=(bq, bkv), registers_per_thread=registers, shared_memory_bytes=shared)
-
-
-def _horizontal(group: GroupOp, hw: Hardware, o: Overrides) -> TileConfig:
-    """Parts share the kernel's thread count; each picks the rest itself."""
-    if not hw.is_gpu:
-        return TileConfig(registers_per_thread=_elementwise_registers(group, 1))
-    return TileConfig(threads=o.threads or 256, registers_per_thread=_elementwise_registers(group, 2))
+        tiles = choose_cpu_attention_tiles(problem, hw, block)
+        return TileConfig(block=(tiles.block_q, tiles.block_t))
+    tiles = choose_gpu_attention_tiles(problem, hw, block, o.threads)
+    return TileConfig(threads=tiles.threads, block=(tiles.block_q, tiles.block_t))
 
 
 # --------------------------------------------------------------------------- limits
@@ -409,6 +376,7 @@ def _fields(o: Overrides):
 
 __all__ = [
     "BLOCK",
+    "ELEMENTS_PER_THREAD",
     "K",
     "Overrides",
     "REGISTERS",
@@ -421,9 +389,10 @@ __all__ = [
     "TileConfig",
     "choose_tiles",
     "elementwise_block",
-    "matmul_resources",
+    "choose_geometry",
+    "elements_per_thread",
     "read_attributes",
-    "row_geometry",
+    "row_analysis",
     "rows_config",
     "tile_config",
 ]

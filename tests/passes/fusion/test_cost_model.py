@@ -8,8 +8,12 @@ import pytest
 
 from fusecc.compiler.hardware import A100, CPU, H200
 from fusecc.compiler.parser import parse_module
+from fusecc.compiler.types import f32
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import fuse_module
+from fusecc.passes.lowering.attention import AttentionProblem, choose_gpu_attention_tiles
+from fusecc.passes.lowering.matmul import MatmulProblem, choose_gpu_matmul_tiles, gpu_matmul_resources
+from fusecc.passes.lowering.tiling import choose_tiles
 
 LINEAR_RELU = """
 func.func @f(%x: tensor<128x256xf32>, %w: tensor<256x512xf32>, %b: tensor<512xf32>) -> tensor<128x512xf32> {
@@ -48,21 +52,24 @@ def test_matmul_epilogue_group_reads_inputs_once_and_writes_once():
     assert sum(c.bytes_moved for c in singles) - fused.bytes_moved == 4 * 4 * 128 * 512
 
 
-def test_matmul_registers_include_the_accumulator_tile():
+def test_matmul_registers_and_shared_memory_are_the_templates():
     _, ops = ops_of(LINEAR_RELU)
-    tile = cm.matmul_tile(ops[0], H200)
-    assert (tile.block_m, tile.block_n) == (128, 128)
-    assert cm.estimate_ops(ops, H200).registers_per_thread >= tile.accumulators_per_thread(1) + cm.GPU_BASE_REGISTERS
-    assert cm.estimate_ops(ops, H200).shared_memory_bytes == (128 * 32 + 32 * 128) * 4 * 2
+    tiles = choose_gpu_matmul_tiles(MatmulProblem.of_op(ops[0]), H200)
+    assert (tiles.block_m, tiles.block_n, tiles.threads) == (32, 16, 128)  # 128 blocks for 132 SMs
+    used = gpu_matmul_resources(tiles, f32)
+    fused = cm.estimate_ops(ops, H200)
+    # The epilogue runs in the registers the 2 + 2 fragments held; it needs
+    # one more: the bias pointer (2) and three live values, less those 4.
+    assert (fused.registers_per_thread, fused.shared_memory_bytes) == (used.registers_per_thread + 1, used.shared_bytes)
 
 
-def test_estimate_group_agrees_with_the_planner_estimate():
+def test_estimate_group_agrees_with_the_planner_estimate_and_the_tiler():
     module, ops = ops_of(LINEAR_RELU)
     planned = cm.estimate_ops(ops, H200)
     group = fuse_module(module, H200).groups[0]
     assert dataclasses.asdict(cm.estimate_group(group, H200)) == dataclasses.asdict(planned)
-    assert cm.estimate_registers(group, H200) == planned.registers_per_thread
-    assert cm.estimate_shared_memory(group, H200) == planned.shared_memory_bytes
+    tiles = choose_tiles(group, H200)
+    assert (tiles.registers_per_thread, tiles.shared_memory_bytes) == (planned.registers_per_thread, planned.shared_memory_bytes)
 
 
 def test_a_broadcast_consumer_recomputes_its_producer_per_element():
@@ -79,7 +86,9 @@ func.func @f(%x: tensor<64xf32>, %z: tensor<32x64xf32>) -> tensor<32x64xf32> {
     assert fused.flops == exp_flops * 32 * 64 + 32 * 64
 
 
-def test_a_reduction_keeping_long_rows_for_its_epilogue_needs_shared_memory():
+def test_a_reduction_needs_a_partial_per_warp_whatever_its_row_length():
+    # The row kernel reads a row again for its epilogue rather than keep it,
+    # so neither registers nor shared memory grow with the row.
     def softmax_rows(n):
         _, ops = ops_of(f"""
 func.func @f(%x: tensor<4x{n}xf32>) -> tensor<4x{n}xf32> {{
@@ -90,8 +99,10 @@ func.func @f(%x: tensor<4x{n}xf32>) -> tensor<4x{n}xf32> {{
 """)
         return cm.estimate_ops(ops, H200)
 
-    assert softmax_rows(1024).shared_memory_bytes < 2048  # the row fits in registers
-    assert softmax_rows(65536).shared_memory_bytes >= 65536 * 4
+    short, long = softmax_rows(1024), softmax_rows(65536)
+    assert short.shared_memory_bytes == 8 * 4  # 128 threads per row: a partial per warp (of 8) and stat
+    assert long.shared_memory_bytes == 8 * 4  # rows split over blocks of 256 threads
+    assert short.registers_per_thread == long.registers_per_thread
 
 
 def test_attention_tiles_shrink_to_fit_the_hardware():
@@ -102,10 +113,13 @@ func.func @f(%q: tensor<256x256xf32>, %k: tensor<256x256xf32>, %v: tensor<256x25
 }
 """)
     attention = module.functions()[0].body.first_op
-    on_h200, on_a100 = cm.attention_tile(attention, H200), cm.attention_tile(attention, A100)
-    assert on_h200.shared_memory_bytes <= H200.shared_memory_per_block
-    assert on_a100.shared_memory_bytes <= A100.shared_memory_per_block
+    problem = AttentionProblem.of_op(attention)
+    on_h200, on_a100 = choose_gpu_attention_tiles(problem, H200), choose_gpu_attention_tiles(problem, A100)
     assert on_a100.block_q < on_h200.block_q  # A100 has 163 KiB per block, H200 227 KiB
+    for hw, tiles in ((H200, on_h200), (A100, on_a100)):
+        cost = cm.estimate_ops([attention], hw)
+        assert cm.check_limits(cost, hw) is None
+        assert cost.shared_memory_bytes == (2 * tiles.block_q * 257 + tiles.block_t * 256 + tiles.block_q * (tiles.block_t + 1)) * 4
 
 
 # --------------------------------------------------------------------------- the decision

@@ -123,9 +123,9 @@ def test_default_gpu_tiles_fit_the_h200():
     problem = AttentionProblem.of(group)
     tiles = attention_tiles(group, problem, H200)
     resources = check_gpu_attention_tiles(tiles, problem, H200)
-    assert (tiles.block_q, tiles.block_t, tiles.threads) == (64, 64, 256)
+    assert (tiles.block_q, tiles.block_t, tiles.threads) == (64, 64, 128)  # two threads per query row
     assert resources.shared_bytes == (64 * 65 * 2 + 64 * 64 + 64 * 65) * 4
-    assert resources.registers_per_thread == 16 + 16 + 2 + 32
+    assert resources.registers_per_thread == 32 + 32 + 2 + 32
     assert problem.scale == pytest.approx(1 / math.sqrt(64))
 
 

@@ -177,11 +177,11 @@ def test_default_tiles_fit_the_h200_and_say_what_they_use():
     module = group_module("matmul", [t(1024, 1024), t(1024, 1024)], lambda b, a: [matmul(b, a[0], a[1])])
     group = next(o for o in module.walk() if o.name == "fusion.group")
     tiles = gpu_matmul_tiles(group, MatmulProblem.of(group), H200)
-    assert tiles == GpuMatmulTiles(64, 64, 16, 256) and tiles.micro_tile == (4, 4)
+    assert tiles == GpuMatmulTiles(128, 64, 32, 256) and tiles.micro_tile == (4, 8)
     resources = check_gpu_tiles(tiles, f32, H200)
     assert resources.threads == 256
-    assert resources.shared_bytes == (64 + 64) * 16 * 4
-    assert resources.registers_per_thread == 4 * 4 + 4 + 4 + 32
+    assert resources.shared_bytes == (128 + 64) * 32 * 4
+    assert resources.registers_per_thread == 4 * 8 + 4 + 8 + 32
 
 
 def test_tiles_the_hardware_cannot_hold_are_refused():

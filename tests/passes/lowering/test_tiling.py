@@ -9,7 +9,9 @@ from fusecc.compiler.diagnostics import DiagnosticError
 from fusecc.compiler.hardware import A100, CPU, H200
 from fusecc.compiler.pass_manager import parse_pipeline, run_pipeline
 from fusecc.dialects.fusion import GroupOp
-from fusecc.passes.lowering.tiling import Overrides, TileConfig, choose_tiles, limit_problem, matmul_resources, read_attributes, tile_config
+from fusecc.compiler.types import f32
+from fusecc.passes.lowering.matmul import GpuMatmulTiles, gpu_matmul_resources
+from fusecc.passes.lowering.tiling import Overrides, TileConfig, choose_tiles, limit_problem, read_attributes, tile_config
 
 
 def group_of(text: str) -> GroupOp:
@@ -67,14 +69,32 @@ def test_reduction_tiles_follow_row_length():
 
 
 def test_matmul_tiles_fit_the_hardware_and_fill_it():
-    for hw in (H200, A100):
+    # 8x8 outputs per thread keep an H200 at its FMA rate; on an A100 4x8 do
+    # too, and 128x64 tiles fill the last of 19 waves better than 128x128 the
+    # last of 10
+    for hw, block in ((H200, (128, 128)), (A100, (128, 64))):
         config = choose_tiles(matmul(4096, 4096, 4096), hw)
-        assert config.block == (128, 128) and config.k == 32 and config.threads == 256
+        assert config.block == block and config.k == 32 and config.threads == 256
         assert limit_problem(hw, config) is None
+        # the estimates are the template's for these tiles
+        used = gpu_matmul_resources(GpuMatmulTiles(*block, 32, 256), f32)
+        assert (config.registers_per_thread, config.shared_memory_bytes) == (used.registers_per_thread, used.shared_bytes)
     small = choose_tiles(matmul(64, 64, 64), H200)
     assert small.block[0] <= 64 and small.block[1] <= 64
-    registers, shared = matmul_resources(128, 128, 32, 256, 4)
-    assert (registers, shared) == (40 + 64 + 8, 65536)
+
+
+def test_matmul_tiles_keep_the_busiest_sm_shortest():
+    # The MLP's second matmul, 128x3072 @ 3072x768, on 132 SMs: 64x32 tiles
+    # (48 blocks, 4x4 per thread) take twice as long per SM as 32x32 tiles
+    # (96 blocks, 2x4 per thread, a third of the FMA rate); 32x16 tiles (192
+    # blocks) put two on some SMs. Four warps, not one.
+    config = choose_tiles(matmul(128, 3072, 768), H200)
+    assert (config.block, config.threads) == ((32, 32), 128)
+    # its first, 128x768 @ 768x3072: 96 blocks of 64x64 (4x8 per thread)
+    assert choose_tiles(matmul(128, 768, 3072), H200).block == (64, 64)
+    # too small to fill the machine: the smallest tile, still four warps
+    tiny = choose_tiles(matmul(8, 8, 8), H200)
+    assert (tiny.block, tiny.threads) == ((16, 16), 128)
 
 
 def test_overrides_and_their_limits():
