@@ -158,10 +158,9 @@ def compile_checked(cuda: CudaSource, filename: str, arch: str, resource_usage: 
 ARCH_HARDWARE = {"sm_80": "a100", "sm_90": "h200"}
 
 
-def compile_program(module: Operation, entry: str | None = None, arch: str = "sm_90", context=None) -> tuple[str, "object"]:
-    """(kernels.cu text, Manifest) of `entry` for a GPU of `arch`: the CUDA
-    pipeline first unless the module is loop IR already. The source is
-    checked with NVRTC, so a rejected kernel is an internal error here."""
+def lower_to_cuda(module: Operation, arch: str = "sm_90", context=None, filename: str | None = None) -> CudaSource:
+    """The CUDA C of `module` tiled for a GPU of `arch`: the CUDA pipeline
+    first (fuse, tile, lower, plan) unless the module is loop IR already."""
     from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
     from fusecc.passes.pipelines import is_loop_level, pipeline_for_level
 
@@ -175,7 +174,17 @@ def compile_program(module: Operation, entry: str | None = None, arch: str = "sm
             raise ToolError(f"target 'cuda': the lowering to loops is not available yet ({exc})") from None
         run_pipeline(pipeline, module, context or PassContext(target=target))
     try:
-        cuda = emit_cuda(module)
+        return emit_cuda(module, filename)
+    except EmitError as exc:
+        raise InternalCompilerError(PHASE, exc) from None
+
+
+def compile_program(module: Operation, entry: str | None = None, arch: str = "sm_90", context=None) -> tuple[str, "object"]:
+    """(kernels.cu text, Manifest) of `entry` for a GPU of `arch` (see
+    `lower_to_cuda`). The source is checked with NVRTC, so a rejected
+    kernel is an internal error here."""
+    cuda = lower_to_cuda(module, arch, context)
+    try:
         manifest = build_manifest(module, cuda, "kernels.cu", arch, entry)
     except EmitError as exc:
         raise InternalCompilerError(PHASE, exc) from None
@@ -201,7 +210,7 @@ def write_cuda_level(module: Operation, args) -> str:
     if getattr(args, "resource_usage", False):
         from fusecc.runtime.cuda.resources import format_resource_usage
 
-        sys.stderr.write(format_resource_usage(checked))
+        sys.stderr.write(format_resource_usage(checked, {k.name: k.estimate for k in cuda.kernels if k.estimate}))
     if manifest is not None:
         from fusecc.tools.common import write_output
 

@@ -82,6 +82,7 @@ class KernelInfo:
     group: int | None = None
     kind: str | None = None
     baked_args: tuple[int, ...] = ()  # arguments the kernel reads as constant data instead: the launch leaves them out
+    estimate: tuple[int, int] | None = None  # (registers per thread, shared bytes) fusion and tiling assumed (`tile.*`)
 
 
 @dataclass
@@ -1025,7 +1026,8 @@ def emit_cuda(module: Operation, source_name: str | None = None) -> CudaSource:
             open_at = next(i for i, text in enumerate(body) if text.startswith('extern "C"'))
             body = body[: open_at + 1] + ["  FUSECC_EXTERN_SHARED(unsigned char, fusecc_dynamic_shared);"] + body[open_at + 1 :]
         k = em.kernel
-        add(em.data_lines + body, (em.name, k.sym_name, em.grid, em.block, em.static_shared, em.dynamic_shared, em.params, k.attr("group"), k.attr("kind"), tuple(sorted(em.baked))))
+        estimate = (k.attr("tile.registers"), k.attr("tile.shared_memory")) if "tile.registers" in k.attributes else None
+        add(em.data_lines + body, (em.name, k.sym_name, em.grid, em.block, em.static_shared, em.dynamic_shared, em.params, k.attr("group"), k.attr("kind"), tuple(sorted(em.baked)), estimate))
     for element in copy_types:
         c_type = "long long" if element is index else C_STORAGE[element]
         params = [KernelParam("source", f"const {c_type}* __restrict__", f"memref<?x{element}>"), KernelParam("target", f"{c_type}* __restrict__", f"memref<?x{element}>", True), KernelParam("count", "long long", "i64")]

@@ -68,6 +68,13 @@ def entry_function(module: Operation, requested: str | None) -> Operation:
 # --------------------------------------------------------------------------- compile
 
 
+def gpu_of_arch(arch: str):
+    """The hardware description of a CUDA architecture (sm_80: the A100)."""
+    from fusecc.compiler.hardware import HARDWARE
+
+    return next(h for h in HARDWARE.values() if h.is_gpu and h.arch == arch)
+
+
 def compile_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fusecc",
@@ -77,7 +84,7 @@ def compile_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", dest="output", default=None, help="output file (default stdout)")
     p.add_argument("--emit", choices=list(EMIT_LEVELS), default=None, help="print the program at this level instead of CUDA C")
     p.add_argument("--arch", choices=("sm_80", "sm_90"), default="sm_90", help="CUDA architecture (default sm_90)")
-    p.add_argument("--target", choices=("h200", "a100", "cpu"), default=None, help="hardware model for fusion and tiling")
+    p.add_argument("--target", choices=("h200", "a100", "cpu"), default=None, help="hardware model for fusion and tiling (default: the GPU of --arch; cpu for --emit=llvm)")
     p.add_argument("--print-debuginfo", action="store_true", help="print locations with --emit")
     p.add_argument("--resource-usage", action="store_true", help="print registers and spills per CUDA kernel")
     return p
@@ -87,7 +94,7 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     args = compile_parser().parse_args(argv)
     module = load(args.input, engine)
     level = args.emit or "cuda"
-    target = args.target or ("cpu" if level in ("llvm",) else "h200")
+    target = args.target or ("cpu" if level in ("llvm",) else gpu_of_arch(args.arch).name)
     if not (EMIT_LEVELS[level].from_loops and is_loop_level(module)):
         try:
             pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))

@@ -44,6 +44,11 @@ from fusecc.dialects.fusion import GroupOp, YieldOp
 
 from .interface import TEMPLATES, ArgRef, LoweredGroup, memref_for
 from .scalar_emitter import LoweringError
+from .tiling import REGISTERS, SHARED_MEMORY
+
+# The tiler's estimates, kept on every kernel of the group (benchmarks/register_estimates.py
+# and `fusecc --resource-usage` set them beside ptxas's figures).
+ESTIMATES = (REGISTERS, SHARED_MEMORY)
 
 # Modules that register templates; those of other authors load when present.
 TEMPLATE_MODULES = ("reduction", "horizontal", "matmul", "attention")
@@ -196,6 +201,9 @@ class FunctionLowering:
             kernel = launch.kernel
             name_arguments(kernel, group, launch.args)
             kernel.attributes["sym_name"] = A.StringAttr(self.names.claim(kernel.sym_name))
+            for estimate in ESTIMATES:  # what fusion and tiling assumed this kernel needs
+                if estimate in group.attributes:
+                    kernel.attributes[estimate] = group.attributes[estimate]
             self.kernels.append(kernel)
             self.b.create(loop.LaunchOp, args, {"kernel": A.SymbolRefAttr(kernel.sym_name)})
 

@@ -7,8 +7,9 @@ NVRTC compiling a cubin with `-Xptxas=-v` writes, per entry function:
     ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
     ptxas info    : Used 18 registers, used 1 barriers, 16 bytes smem, 400 bytes cmem[0]
 
-`fusecc model.ir --resource-usage` prints `resource_usage_table` of the
-generated kernels.cu.
+`fusecc model.ir --resource-usage` prints `format_resource_usage` of the
+generated kernels.cu, with the estimates fusion and tiling made for each
+kernel beside ptxas's figures.
 """
 
 from __future__ import annotations
@@ -85,18 +86,30 @@ def resource_usage(source: str, filename: str = "kernels.cu", arch: str = "sm_90
     return {name: usages[name] for name in [*order, *(n for n in usages if n not in order)]}
 
 
-def format_resource_usage(usages: dict[str, ResourceUsage]) -> str:
+def format_resource_usage(usages: dict[str, ResourceUsage], estimates: dict[str, tuple[int, int]] | None = None) -> str:
+    """A table of `usages`; with `estimates` ({kernel: (registers, shared
+    bytes)}, what the cost model and tiler assumed), two more columns: the
+    estimated registers and ptxas's count over it."""
     header = ("kernel", "arch", "registers", "smem B", "stack B", "spill st B", "spill ld B", "barriers")
     rows = [
         (u.kernel, u.arch, u.registers, u.shared_bytes, u.stack_bytes, u.spill_store_bytes, u.spill_load_bytes, u.barriers)
         for u in usages.values()
     ]
+    if estimates is not None:
+        header += ("est. registers", "ptxas/est.")
+        rows = [(*row, *estimate_columns(u.registers, estimates.get(u.kernel))) for row, u in zip(rows, usages.values())]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) if i < 2 else str(v).rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in [header, *rows]]
     spilling = [u.kernel for u in usages.values() if u.spills]
     if spilling:
         lines.append(f"warning: registers spill to local memory in {', '.join(spilling)}")
     return "\n".join(lines) + "\n"
+
+
+def estimate_columns(registers: int, estimate: tuple[int, int] | None) -> tuple[str, str]:
+    if estimate is None:
+        return "-", "-"
+    return str(estimate[0]), f"{registers / estimate[0]:.2f}"
 
 
 def resource_usage_table(source: str, filename: str = "kernels.cu", arch: str = "sm_90") -> str:

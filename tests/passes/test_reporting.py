@@ -91,7 +91,7 @@ def test_show_source_prints_one_kernel_or_one_group(capsys):
     mlp = str(EXAMPLES / "mlp.ir")
     assert fusecc.main(["report", mlp, "--show-source", "fused_1_matmul", "--level", "loop"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("loop.kernel @fused_1_matmul {kind = \"matmul\", group = 1}") and out.count("loop.kernel") == 1
+    assert out.startswith("loop.kernel @fused_1_matmul {kind = \"matmul\", group = 1, tile.registers =") and out.count("loop.kernel") == 1
     assert fusecc.main(["report", mlp, "--show-source", "0", "--level", "loop", "--target", "cpu"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("loop.kernel @fused_0_matmul") and out.count("loop.kernel") == 1
