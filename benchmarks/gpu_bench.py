@@ -1,26 +1,34 @@
-"""Fused CUDA kernels against CuPy op by op, on the GPU.
+"""Programs fusecc generates against CuPy op by op, on the GPU.
 
-    python benchmarks/gpu_bench.py              # needs a GPU; under 5 minutes
-    python benchmarks/gpu_bench.py --cpu-check  # no GPU: run every case on the CPU harness against numpy
+    python benchmarks/gpu_bench.py                   # needs a GPU; under 5 minutes
+    python benchmarks/gpu_bench.py --dry-run         # no GPU needed
+    python benchmarks/gpu_bench.py --dry-run --tiny  # the same on tiny shapes (the test runs this)
 
-For each case the fused program (a .cu source and its kernels.json
-manifest) runs through the GPU runtime, replayed as a CUDA graph, and the
-same computation runs as CuPy operations one by one. The table gives median
-GPU times, their ratio, the fused program's effective bandwidth against the
-device's peak (compiler/hardware.py) and its kernel count. Without a GPU it
-says so and exits 0.
+Each pattern is a tensor program that fusecc compiles the way `fusecc
+model.ir -o kernels.cu` does (fused, tiled for the device, CUDA C and its
+kernels.json): LayerNorm+GELU and softmax over [4096, 1024], bias + GELU +
+residual over [4096, 1024], attention (batch 1, 12 heads, 128 tokens, head
+64), examples/mlp.ir and examples/encoder_block.ir. On the GPU the program
+runs through the GPU runtime replayed as a CUDA graph, and the same
+computation runs as CuPy operations one by one (the unfused baseline,
+written against the array API numpy and CuPy share). The table gives median
+GPU times, their ratio, the fused program's effective bandwidth (inputs
+read once, outputs written once) against the device's peak
+(compiler/hardware.py) and its kernel count. Then flash attention's memory
+for S = 512 ... 4096: the arena and the one allocation grow linearly in S,
+where materialised scores would grow as S².
 
-Today's cases are the hand-written kernels of tests/runtime/cuda/fixtures.
-A generated program plugs in as one more `Case`: its kernels.cu, its
-kernels.json, inputs, and a reference written against the array API that
-numpy and CuPy share (it is the op-by-op baseline on the GPU and the check
-on the CPU).
+Without a GPU it says so and exits 0. `--dry-run` does everything a GPU is
+not needed for: it compiles every pattern for --arch (NVRTC to a cubin:
+kernel count, registers, spills), runs a small case of each on the CPU
+harness against its numpy baseline, and prints the memory table.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -29,22 +37,170 @@ from typing import Callable
 
 import numpy as np
 
+from fusecc.compiler import parse_module, verify
 from fusecc.compiler.hardware import HARDWARE
-from fusecc.runtime.cuda.execute import run_on_cpu
-from fusecc.runtime.cuda.manifest import Launch, Manifest, ScalarArg, TensorArg, TensorSpec
+from fusecc.passes.cuda_level import build_manifest, lower_to_cuda
+from fusecc.runtime.cuda.execute import plan_memory, run_on_cpu
+from fusecc.runtime.reference import random_model_input
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "runtime" / "cuda" / "fixtures"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TIME_BUDGET_S = 240.0
+GELU_TANH = math.sqrt(2 / math.pi)
+
+
+# --------------------------------------------------------------------------- the baselines, numpy or CuPy
+
+
+def erf(xp):
+    if xp is np:
+        try:
+            from scipy.special import erf as scipy_erf
+
+            return scipy_erf
+        except ImportError:
+            return np.vectorize(math.erf, otypes=[np.float32])
+    from cupyx.scipy.special import erf as cupy_erf
+
+    return cupy_erf
+
+
+def gelu(xp, x, approximate: bool):
+    if approximate:
+        return 0.5 * x * (1 + xp.tanh(GELU_TANH * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + erf(xp)(x / math.sqrt(2)))
+
+
+def softmax(xp, x):
+    e = xp.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm(xp, x, gamma, beta, eps):
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    return centered / xp.sqrt((centered * centered).mean(axis=-1, keepdims=True) + eps) * gamma + beta
+
+
+def heads(x, n):
+    b, s, h = x.shape
+    return x.reshape(b, s, n, h // n).transpose(0, 2, 1, 3)
+
+
+def encoder_block(xp, a, n_heads: int):
+    q, k, v = (heads(a["x"] @ a[f"w{p}"] + a[f"b{p}"], n_heads) for p in "qkv")
+    scale = 1 / math.sqrt(q.shape[-1])
+    context = softmax(xp, q @ xp.swapaxes(k, -1, -2) * scale + a["mask"]) @ v
+    merged = context.transpose(0, 2, 1, 3).reshape(a["x"].shape)
+    h = layernorm(xp, a["x"] + merged @ a["wo"] + a["bo"], a["ln1_gamma"], a["ln1_beta"], 1e-12)
+    return layernorm(xp, h + gelu(xp, h @ a["w1"] + a["b1"], False) @ a["w2"] + a["b2"], a["ln2_gamma"], a["ln2_beta"], 1e-12)
+
+
+# --------------------------------------------------------------------------- the patterns
+
+
+def resized(example: str, dims: dict[int, int], scale: tuple[str, str] | None = None) -> str:
+    """An example with the sizes in its tensor types renamed by `dims`
+    (and its attention scale constant replaced): the same program, smaller."""
+    text = (EXAMPLES / example).read_text()
+    text = re.sub(r"tensor<([0-9x]+)x(\w+)>", lambda m: "tensor<" + "x".join(str(dims.get(int(d), int(d))) for d in m.group(1).split("x")) + f"x{m.group(2)}>", text)
+    return text.replace(*scale) if scale else text
+
+
+def elementwise_program(body: str, args: str, shape: str) -> str:
+    return f"func.func @main({args}) -> tensor<{shape}xf32> {{\n{body}\n}}\n"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    program: Callable[[dict], str]  # sizes -> the tensor program
+    baseline: Callable  # (xp, inputs by name, sizes) -> outputs
+    sizes: dict[str, dict]  # "full", "small", "tiny" -> sizes
+
+
+def layernorm_gelu(s):
+    t = f"tensor<{s['rows']}x{s['cols']}xf32>"
+    v = f"tensor<{s['cols']}xf32>"
+    return elementwise_program(
+        f"  %n = tensor.layernorm %x, %gamma, %beta {{epsilon = 1.0e-05}} : ({t}, {v}, {v}) -> {t}\n"
+        f"  %y = tensor.gelu %n {{approximate = \"tanh\"}} : ({t}) -> {t}\n  func.return %y : {t}",
+        f"%x: {t}, %gamma: {v}, %beta: {v}", f"{s['rows']}x{s['cols']}")
+
+
+def softmax_program(s):
+    t = f"tensor<{s['rows']}x{s['cols']}xf32>"
+    return elementwise_program(f"  %y = tensor.softmax %x : ({t}) -> {t}\n  func.return %y : {t}", f"%x: {t}", f"{s['rows']}x{s['cols']}")
+
+
+def bias_gelu_residual(s):
+    t = f"tensor<{s['rows']}x{s['cols']}xf32>"
+    v = f"tensor<{s['cols']}xf32>"
+    return elementwise_program(
+        f"  %a = tensor.add %x, %bias : ({t}, {v}) -> {t}\n"
+        f"  %g = tensor.gelu %a {{approximate = \"tanh\"}} : ({t}) -> {t}\n"
+        f"  %y = tensor.add %g, %residual : ({t}, {t}) -> {t}\n  func.return %y : {t}",
+        f"%x: {t}, %bias: {v}, %residual: {t}", f"{s['rows']}x{s['cols']}")
+
+
+def attention_program(s):
+    t = f"tensor<1x{s['heads']}x{s['seq']}x{s['dim']}xf32>"
+    return f"func.func @main(%q: {t}, %k: {t}, %v: {t}) -> {t} {{\n  %o = tensor.attention %q, %k, %v : ({t}, {t}, {t}) -> {t}\n  func.return %o : {t}\n}}\n"
+
+
+def attention_baseline(xp, a, s):
+    return [softmax(xp, a["q"] @ xp.swapaxes(a["k"], -1, -2) / math.sqrt(s["dim"])) @ a["v"]]
+
+
+def mlp_program(s):
+    return resized("mlp.ir", {128: s["tokens"], 768: s["hidden"], 3072: s["ffn"]})
+
+
+def encoder_program(s):
+    dims = {128: s["tokens"], 768: s["hidden"], 3072: s["ffn"], 12: s["heads"], 64: s["hidden"] // s["heads"]}
+    return resized("encoder_block.ir", dims, ("dense<0.125>", f"dense<{1 / math.sqrt(s['hidden'] // s['heads'])!r}>"))
+
+
+ROWS = {"full": {"rows": 4096, "cols": 1024}, "small": {"rows": 64, "cols": 1024}, "tiny": {"rows": 8, "cols": 96}}
+PATTERNS = [
+    Pattern("layernorm+gelu", layernorm_gelu, lambda xp, a, s: [gelu(xp, layernorm(xp, a["x"], a["gamma"], a["beta"], 1e-5), True)], ROWS),
+    Pattern("softmax", softmax_program, lambda xp, a, s: [softmax(xp, a["x"])], ROWS),
+    Pattern("bias+gelu+residual", bias_gelu_residual, lambda xp, a, s: [gelu(xp, a["x"] + a["bias"], True) + a["residual"]], ROWS),
+    Pattern(
+        "attention",
+        attention_program,
+        attention_baseline,
+        {"full": {"heads": 12, "seq": 128, "dim": 64}, "small": {"heads": 2, "seq": 128, "dim": 64}, "tiny": {"heads": 2, "seq": 24, "dim": 16}},
+    ),
+    Pattern(
+        "mlp",
+        mlp_program,
+        lambda xp, a, s: [gelu(xp, a["x"] @ a["w1"] + a["b1"], True) @ a["w2"] + a["b2"]],
+        {"full": {"tokens": 128, "hidden": 768, "ffn": 3072}, "small": {"tokens": 32, "hidden": 128, "ffn": 512}, "tiny": {"tokens": 8, "hidden": 32, "ffn": 64}},
+    ),
+    Pattern(
+        "encoder block",
+        encoder_program,
+        lambda xp, a, s: [encoder_block(xp, a, s["heads"])],
+        {
+            "full": {"tokens": 128, "hidden": 768, "ffn": 3072, "heads": 12},
+            "small": {"tokens": 32, "hidden": 128, "ffn": 512, "heads": 4},
+            "tiny": {"tokens": 8, "hidden": 32, "ffn": 64, "heads": 2},
+        },
+    ),
+]
+ATTENTION_LENGTHS = {"full": (512, 1024, 2048, 4096), "tiny": (32, 64, 128, 256)}
+
+
+# --------------------------------------------------------------------------- compiling and checking
 
 
 @dataclass
-class Case:
+class Compiled:
     name: str
     source: str
-    manifest: Manifest
+    manifest: object
     inputs: dict[str, np.ndarray]
-    reference: Callable  # (xp, inputs) -> {output name: array}
-    rtol: float = 1e-5
+    sizes: dict
 
     @property
     def bytes_moved(self) -> int:
@@ -52,83 +208,84 @@ class Case:
         return sum(s.nbytes for s in (*self.manifest.inputs, *self.manifest.outputs))
 
 
-def _program(source: str, kernel: str, grid, block, inputs, outputs, scalars=(), shared_bytes=0) -> Manifest:
-    args = [TensorArg("input", s.name) for s in inputs] + [TensorArg("output", s.name) for s in outputs]
-    args += [ScalarArg(v, "i32") for v in scalars]
-    return Manifest(source, tuple(inputs), tuple(outputs), (Launch(kernel, grid, block, tuple(args), shared_bytes),))
-
-
-def softmax_case(rows: int, cols: int, rng) -> Case:
-    block = 256
-    spec = lambda name: TensorSpec(name, (rows, cols), "f32")
-
-    def reference(xp, inputs):
-        e = xp.exp(inputs["x"] - inputs["x"].max(axis=1, keepdims=True))
-        return {"y": e / e.sum(axis=1, keepdims=True)}
-
-    manifest = _program("softmax_rows.cu", "softmax_rows", (rows,), (block,), [spec("x")], [spec("y")], [cols], block // 32 * 4)
-    return Case(f"softmax {rows}x{cols}", (FIXTURES / "softmax_rows.cu").read_text(), manifest, {"x": rng.standard_normal((rows, cols), np.float32)}, reference)
-
-
-def elementwise_case(n: int, rng) -> Case:
-    def reference(xp, inputs):
-        v = inputs["x"]
-        return {"out": xp.maximum(v / (1 + xp.exp(-v)) + xp.tanh(v) / xp.sqrt(v * v + 1), 0)}
-
-    spec = lambda name: TensorSpec(name, (n,), "f32")
-    manifest = _program("elementwise.cu", "silu_tanh_rsqrt", (math.ceil(n / 256),), (256,), [spec("x")], [spec("out")], [n])
-    return Case(f"silu+tanh*rsqrt {n}", (FIXTURES / "elementwise.cu").read_text(), manifest, {"x": rng.standard_normal(n, np.float32)}, reference)
-
-
-def row_sum_case(rows: int, cols: int, rng) -> Case:
-    def reference(xp, inputs):
-        return {"out": inputs["x"].sum(axis=1)}
-
-    manifest = _program("block_reduce.cu", "row_sum", (rows,), (256,), [TensorSpec("x", (rows, cols), "f32")], [TensorSpec("out", (rows,), "f32")], [cols])
-    return Case(f"row sum {rows}x{cols}", (FIXTURES / "block_reduce.cu").read_text(), manifest, {"x": rng.standard_normal((rows, cols), np.float32)}, reference, rtol=1e-4)
-
-
-def matmul_case(m: int, n: int, k: int, rng) -> Case:
-    def reference(xp, inputs):
-        return {"c": inputs["a"] @ inputs["b"]}
-
-    specs = [TensorSpec("a", (m, k), "f32"), TensorSpec("b", (k, n), "f32")]
-    manifest = _program("matmul_tiled.cu", "matmul_tiled", (math.ceil(n / 16), math.ceil(m / 16)), (16, 16), specs, [TensorSpec("c", (m, n), "f32")], [m, n, k])
-    inputs = {"a": rng.standard_normal((m, k), np.float32), "b": rng.standard_normal((k, n), np.float32)}
-    return Case(f"matmul {m}x{n}x{k}", (FIXTURES / "matmul_tiled.cu").read_text(), manifest, inputs, reference, rtol=1e-3)
-
-
-def cases(small: bool) -> list[Case]:
-    rng = np.random.default_rng(0)
-    if small:
-        return [softmax_case(8, 300, rng), elementwise_case(5000, rng), row_sum_case(6, 1000, rng), matmul_case(37, 29, 45, rng)]
-    return [softmax_case(8192, 1024, rng), elementwise_case(1 << 24, rng), row_sum_case(8192, 4096, rng), matmul_case(2048, 2048, 2048, rng)]
+def compile_pattern(pattern: Pattern, size: str, arch: str, rng) -> Compiled:
+    sizes = pattern.sizes[size]
+    module = parse_module(pattern.program(sizes), f"{pattern.name}.ir")
+    verify(module)
+    func = module.lookup("main") or module.functions()[0]
+    inputs = {arg.name_hint: random_model_input(t, rng) for arg, t in zip(func.arguments, func.function_type.inputs)}
+    cuda = lower_to_cuda(module, arch, filename=f"{pattern.name}.ir")
+    manifest = build_manifest(module, cuda, "kernels.cu", arch, func.sym_name)
+    return Compiled(pattern.name, cuda.text, manifest, inputs, sizes)
 
 
 def max_error(got, expected) -> float:
     """The largest difference, relative to the largest expected magnitude."""
     expected = np.asarray(expected, dtype=np.float64)
-    return float(np.max(np.abs(np.asarray(got, dtype=np.float64) - expected)) / max(float(np.max(np.abs(expected))), 1.0))
+    return float(np.max(np.abs(np.asarray(got, dtype=np.float64) - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
 
 
-def cpu_check() -> int:
-    """Run each (small) case on the CPU harness against its numpy reference."""
+TOLERANCE = 1e-4  # normwise; measured below 2e-6 on the CPU harness (tests/passes/test_emit_cuda_programs.py)
+
+
+def attention_programs(arch: str, lengths):
+    """(S, manifest, source) of attention over 12 heads of 64 for each sequence length S."""
+    for s in lengths:
+        module = parse_module(attention_program({"heads": 12, "seq": s, "dim": 64}), "attention.ir")
+        verify(module)
+        cuda = lower_to_cuda(module, arch, filename="attention.ir")
+        yield s, build_manifest(module, cuda, "kernels.cu", arch), cuda.text
+
+
+def memory_row(s: int, manifest) -> tuple[int, int, int, int]:
+    """(S, arena bytes, the one allocation, bytes S×S scores would take)."""
+    return s, manifest.arena_bytes, plan_memory(manifest).total_bytes, 12 * s * s * 4
+
+
+def print_attention_memory(rows, device_bytes=None) -> None:
+    print("\nflash attention, 12 heads of 64: memory against S")
+    print(f"{'S':>6} {'arena B':>10} {'allocation B':>13} {'alloc / S':>10} {'S x S scores B':>15}" + (f" {'device B':>12}" if device_bytes else ""))
+    for i, (s, arena, total, scores) in enumerate(rows):
+        extra = f" {device_bytes[i]:12d}" if device_bytes else ""
+        print(f"{s:6d} {arena:10d} {total:13d} {total / s:10.0f} {scores:15d}{extra}")
+
+
+# --------------------------------------------------------------------------- without a GPU
+
+
+def dry_run(arch: str, tiny: bool) -> int:
+    """Compile every pattern for `arch`, run a small case of each on the CPU
+    harness against numpy, and print the attention memory table."""
+    from fusecc.runtime.cuda.resources import resource_usage
+
+    rng = np.random.default_rng(0)
     failures = 0
-    for case in cases(small=True):
-        outputs = run_on_cpu(case.manifest, case.source, case.inputs)
-        expected = case.reference(np, {k: v.astype(np.float64) for k, v in case.inputs.items()})
-        errors = [max_error(outputs[name], value) for name, value in expected.items()]
-        ok = max(errors) <= case.rtol
+    print(f"dry run for {arch}: compile each pattern ({'tiny' if tiny else 'full'} sizes), run {'tiny' if tiny else 'small'} ones on the CPU harness")
+    print(f"{'pattern':<20} {'kernels':>7} {'max regs':>8} {'spills':>6} {'arena B':>10}  CPU harness vs numpy")
+    for pattern in PATTERNS:
+        compiled = compile_pattern(pattern, "tiny" if tiny else "full", arch, rng)
+        usage = resource_usage(compiled.source, f"{pattern.name}.cu", arch)
+        spills = sum(u.spills for u in usage.values())
+        small = compiled if tiny else compile_pattern(pattern, "small", arch, rng)
+        outputs = run_on_cpu(small.manifest, small.source, small.inputs)
+        expected = pattern.baseline(np, small.inputs, small.sizes)
+        error = max(max_error(outputs[spec.name], want) for spec, want in zip(small.manifest.outputs, expected))
+        ok = error <= TOLERANCE and not spills
         failures += not ok
-        print(f"{case.name:<28} {'ok' if ok else 'MISMATCH'}  max rel error {max(errors):.2e}")
+        verdict = f"{'ok' if ok else 'MISMATCH'} (max rel error {error:.1e})"
+        print(f"{pattern.name:<20} {len(compiled.manifest.launches):7d} {max(u.registers for u in usage.values()):8d} {spills:6d} {compiled.manifest.arena_bytes:10d}  {verdict}")
+    print_attention_memory([memory_row(s, manifest) for s, manifest, _ in attention_programs(arch, ATTENTION_LENGTHS["tiny" if tiny else "full"])])
     return 1 if failures else 0
 
 
-def device_hardware(name: str):
+# --------------------------------------------------------------------------- on the GPU
+
+
+def device_hardware(name: str, arch: str):
     for key, hardware in HARDWARE.items():
         if hardware.is_gpu and key in name.lower().replace(" ", ""):
             return hardware
-    return None
+    return next((h for h in HARDWARE.values() if h.is_gpu and h.arch == arch), None)
 
 
 def gpu_bench() -> int:
@@ -139,44 +296,57 @@ def gpu_bench() -> int:
 
     runtime = CudaRuntime()
     device_name = cupy.cuda.runtime.getDeviceProperties(runtime.device.id)["name"].decode()
-    hardware = device_hardware(device_name)
+    hardware = device_hardware(device_name, runtime.arch)
     peak = hardware.memory_bandwidth if hardware else None
     print(f"device: {device_name} ({runtime.arch}); peak bandwidth {peak / 1e9:.0f} GB/s" if peak else f"device: {device_name} ({runtime.arch}); peak unknown")
-    print(f"{'case':<28} {'fused ms':>9} {'cupy ms':>9} {'ratio':>7} {'GB/s':>7} {'of peak':>8} {'kernels':>8}")
+    print(f"{'pattern':<20} {'fused ms':>9} {'cupy ms':>9} {'ratio':>7} {'GB/s':>7} {'of peak':>8} {'kernels':>8}")
     started = time.perf_counter()
-    for case in cases(small=False):
+    rng = np.random.default_rng(0)
+    for pattern in PATTERNS:
         if time.perf_counter() - started > TIME_BUDGET_S:
-            print(f"{case.name:<28} skipped: over the time budget")
+            print(f"{pattern.name:<20} skipped: over the time budget")
             continue
-        program = runtime.prepare(case.manifest, case.source)
-        device_inputs = {name: program.bound.tensors[name] for name in case.inputs}
-        fused_out = program(case.inputs)
-        expected = case.reference(cupy, device_inputs)
-        error = max(max_error(fused_out[name], cupy.asnumpy(value)) for name, value in expected.items())
-        if error > case.rtol:
-            print(f"{case.name:<28} MISMATCH against CuPy: max error {error:.2e}")
+        compiled = compile_pattern(pattern, "full", runtime.arch, rng)
+        program = runtime.prepare(compiled.manifest, compiled.source)
+        fused_out = program(compiled.inputs)
+        device_inputs = {name: program.bound.tensors[name] for name in compiled.inputs}
+        expected = pattern.baseline(cupy, device_inputs, compiled.sizes)
+        error = max(max_error(fused_out[spec.name], cupy.asnumpy(want)) for spec, want in zip(compiled.manifest.outputs, expected))
+        if error > TOLERANCE:
+            print(f"{pattern.name:<20} MISMATCH against CuPy: max rel error {error:.2e}")
             continue
         program.capture_graph()
         with runtime.stream:  # the events that time a run must be on the stream it runs on
             fused = np.median(benchmark(program.launch, (), n_repeat=50, n_warmup=5).gpu_times[0])
-            baseline = np.median(benchmark(case.reference, (cupy, device_inputs), n_repeat=50, n_warmup=5).gpu_times[0])
-        gbps = case.bytes_moved / fused / 1e9
+            baseline = np.median(benchmark(pattern.baseline, (cupy, device_inputs, compiled.sizes), n_repeat=50, n_warmup=5).gpu_times[0])
+        gbps = compiled.bytes_moved / fused / 1e9
         of_peak = f"{gbps * 1e9 / peak:7.0%}" if peak else "    n/a"
-        print(f"{case.name:<28} {fused * 1e3:9.3f} {baseline * 1e3:9.3f} {baseline / fused:7.2f} {gbps:7.0f} {of_peak:>8} {len(case.manifest.launches):8d}")
+        print(f"{pattern.name:<20} {fused * 1e3:9.3f} {baseline * 1e3:9.3f} {baseline / fused:7.2f} {gbps:7.0f} {of_peak:>8} {len(compiled.manifest.launches):8d}")
+    pool = cupy.get_default_memory_pool()
+    rows, device_bytes = [], []
+    for s, manifest, source in attention_programs(runtime.arch, ATTENTION_LENGTHS["full"]):
+        before = pool.used_bytes()
+        program = runtime.prepare(manifest, source)
+        device_bytes.append(pool.used_bytes() - before)
+        rows.append(memory_row(s, manifest))
+        del program
+    print_attention_memory(rows, device_bytes)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu-check", action="store_true", help="run the cases on the CPU harness against numpy")
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: compile for --arch and run small cases on the CPU harness")
+    parser.add_argument("--arch", choices=("sm_90", "sm_80"), default="sm_90", help="the architecture of --dry-run (default sm_90)")
+    parser.add_argument("--tiny", action="store_true", help="with --dry-run: tiny shapes only (seconds)")
     args = parser.parse_args(argv)
-    if args.cpu_check:
-        return cpu_check()
+    if args.dry_run:
+        return dry_run(args.arch, args.tiny)
     from fusecc.runtime.cuda.runtime import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is not None:
-        print(f"gpu_bench: no CUDA GPU here ({reason}); nothing to measure. `--cpu-check` runs the cases on the CPU.")
+        print(f"gpu_bench: no CUDA GPU here ({reason}); nothing to measure. `--dry-run` compiles everything and runs small cases on the CPU harness.")
         return 0
     return gpu_bench()
 

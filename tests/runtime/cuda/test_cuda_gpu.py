@@ -1,15 +1,20 @@
-"""The GPU runtime (skipped without a GPU) and the cuda target's message
-on a machine without one."""
+"""The GPU runtime and every example through `fusecc run --target cuda`
+against the reference (skipped without a GPU), the cuda target's message
+on a machine without one, and benchmarks/gpu_bench.py's dry run."""
 
 from __future__ import annotations
 
 import math
 import sys
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from fusecc.tools.fusecc import main as fusecc_main
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.ir"))
 
 TINY = """\
 func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -74,7 +79,6 @@ def test_gpu_tiled_matmul_matches_the_cpu_harness(cuda_source, cpu_module, tmp_p
 
 def _load_bench():
     import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_bench.py"
     spec = importlib.util.spec_from_file_location("gpu_bench", path)
@@ -84,14 +88,46 @@ def _load_bench():
     return module
 
 
-def test_gpu_bench_cases_check_out_on_the_cpu(monkeypatch, cuda_cache_dir, capsys):
+def test_gpu_bench_dry_run_compiles_and_checks_every_pattern(monkeypatch, cuda_cache_dir, capsys):
     from fusecc.runtime.cuda.runtime import gpu_unavailable_reason
 
     bench = _load_bench()
     monkeypatch.setenv("FUSECC_CACHE_DIR", str(cuda_cache_dir))
-    assert bench.main(["--cpu-check"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and all(" ok " in line for line in lines)
+    assert bench.main(["--dry-run", "--tiny"]) == 0
+    out = capsys.readouterr().out
+    for pattern in bench.PATTERNS:
+        (line,) = [line for line in out.splitlines() if line.startswith(pattern.name + " ")]
+        assert " ok (" in line, line
+    # flash attention's one allocation grows linearly in S; the scores would grow as S^2
+    rows = [bench.memory_row(s, manifest) for s, manifest, _ in bench.attention_programs("sm_90", (64, 128, 256))]
+    assert len({total / s for s, _, total, _ in rows}) == 1
+    assert rows[-1][3] / rows[0][3] == 16
     if gpu_unavailable_reason() is not None:
         assert bench.main([]) == 0
         assert capsys.readouterr().out.startswith("gpu_bench: no CUDA GPU here")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_match_the_reference_on_the_gpu(example):
+    """`fusecc run --target cuda` on every example: the generated program on
+    the device gives the reference's numbers (fma and CUDA's math library
+    move the last bits; sums of up to 3072 products, so 1e-4 normwise)."""
+    from fusecc.compiler import parse_module, verify
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.runtime.cuda.target import CudaTarget
+    from fusecc.runtime.reference import evaluate, random_model_input
+
+    text = example.read_text()
+    reference = parse_module(text, example.name)
+    verify(reference)
+    func = reference.lookup("main") or reference.functions()[0]
+    rng = np.random.default_rng(0)
+    inputs = [random_model_input(t, rng) for t in func.function_type.inputs]
+    expected = evaluate(reference, func.sym_name, inputs)
+    module = parse_module(text, example.name)
+    verify(module)
+    got = CudaTarget().run(module, func.sym_name, inputs, DiagnosticEngine())
+    for want, have in zip(expected, got):
+        scale = float(np.max(np.abs(want)))
+        np.testing.assert_allclose(np.asarray(have, np.float64), np.asarray(want, np.float64), rtol=0, atol=1e-4 * scale)
