@@ -80,8 +80,9 @@ After `fuse`:
     (kind, ops) pairs).
   - `opaque`: a single op that no rule fuses.
 * `cost_model.estimate_group(group, hardware)` gives the model's bytes,
-  flops, registers per thread, shared memory and time for any group;
-  `matmul_tile` and `attention_tile` the tiles it assumed.
+  flops, registers per thread, shared memory and time for any group; its
+  registers and shared memory are `kernel_resources` for the tiles the tiler
+  chooses (`tiling.choose_tiles` writes the same figures on the group).
 
 Users steer fusion with discardable attributes on ops: `fusion.forbid =
 true` keeps an op out of every multi-op group; `fusion.force = true` fuses

@@ -63,6 +63,17 @@ def test_resource_usage_is_printed_per_kernel(capsys):
     assert rows["fused_3_reduction"][1] == "sm_80" and rows["fused_3_reduction"][3] == "260"  # bytes of static shared memory
 
 
+def test_resource_usage_sets_the_estimate_beside_ptxas(capsys):
+    pytest.importorskip("fusecc.runtime.cuda.resources")
+    example = pathlib.Path(__file__).parents[2] / "examples" / "matmul_bias_relu.ir"
+    assert main([str(example), "--resource-usage", "--arch", "sm_80"]) == 0
+    header, row = capsys.readouterr().err.splitlines()
+    assert header.split()[-3:] == ["est.", "registers", "ptxas/est."]
+    kernel, arch, registers, *_, estimate, ratio = row.split()
+    assert (kernel, arch) == ("fused_0_matmul", "sm_80")
+    assert float(ratio) == pytest.approx(int(registers) / int(estimate), abs=0.005)
+
+
 def test_nvrtc_rejecting_generated_code_is_an_internal_error_naming_the_kernel(capsys, monkeypatch):
     pytest.importorskip("fusecc.runtime.cuda.nvrtc")
     # A bug in the emitter: subtraction (used only by fused_4_reverse) loses its right operand.
