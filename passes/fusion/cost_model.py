@@ -289,21 +289,13 @@ def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:
     """Element reads of `value` made by `user` in the lowered kernel."""
     if user.has_trait(Contraction):
         problem = matmul_template.MatmulProblem.of_op(user)
-        if hardware.is_gpu:
-            tiles = matmul_template.choose_gpu_matmul_tiles(problem, hardware)
-        else:
-            tiles = matmul_template.choose_cpu_matmul_tiles(problem, hardware)
-        a_reads, b_reads = matmul_template.reload_factors(problem, tiles)
+        a_reads, b_reads = matmul_template.reload_factors(problem, matmul_template.choose_matmul_tiles(problem, hardware))
         return numel(value) * (a_reads if value is user.operands[0] else b_reads)
     if is_attention(user):
         if value is user.operands[0]:
             return numel(value)
         problem = attention_template.AttentionProblem.of_op(user)
-        if hardware.is_gpu:
-            tiles = attention_template.choose_gpu_attention_tiles(problem, hardware)
-        else:
-            tiles = attention_template.choose_cpu_attention_tiles(problem, hardware)
-        return numel(value) * math.ceil(problem.s / tiles.block_q)
+        return numel(value) * math.ceil(problem.s / attention_template.choose_attention_tiles(problem, hardware).block_q)
     if user.has_trait(Reduction) or user.has_trait(Composite):
         return numel(value)
     per_user = evals.get(user, numel(user.results[0]))
@@ -368,23 +360,11 @@ def _resources(body: _Body, kind: str, hardware: Hardware, tiles: TileConfig) ->
     live = _peak_live_words(body)
     pointers = len(body.inputs) + len(body.outputs)
     contraction = next((op for op in body.ops if op.has_trait(Contraction) or is_attention(op)), None)
-    if not hardware.is_gpu:
-        lanes = hardware.warp_size
-        registers, shared = (live + 1) * lanes, 0
-        if kind == "matmul" and contraction is not None:
-            # The register tile's accumulators, and a vector of B.
-            problem = matmul_template.MatmulProblem.of_op(contraction)
-            cpu = matmul_template.choose_cpu_matmul_tiles(problem, hardware, tiles.block or None)
-            registers += cpu.micro_m * cpu.micro_n + cpu.micro_n
-        elif kind == "attention" and contraction is not None:
-            # A row of scores in registers; the q, k, v, output tiles in cache.
-            problem = attention_template.AttentionProblem.of_op(contraction)
-            bq, bt = tiles.block
-            registers += bt
-            shared = (bq * problem.d + problem.d * bt + bt * problem.dv + bq * problem.dv) * 4
-        return registers, shared
     if kind == "matmul" and contraction is not None:
         problem = matmul_template.MatmulProblem.of_op(contraction)
+        if not hardware.is_gpu:
+            used = matmul_template.cpu_matmul_resources(matmul_template.choose_cpu_matmul_tiles(problem, hardware, tiles.block))
+            return (live + 1) * hardware.warp_size + used.registers_per_thread, used.shared_bytes
         gpu = matmul_template.GpuMatmulTiles(*tiles.block, tiles.k, tiles.threads)
         used = matmul_template.gpu_matmul_resources(gpu, problem.result.type.element_type)
         # The epilogue runs after the k loop, in the registers the A and B
@@ -395,9 +375,13 @@ def _resources(body: _Body, kind: str, hardware: Hardware, tiles: TileConfig) ->
         return used.registers_per_thread + max(0, epilogue - tm - tn), used.shared_bytes
     if kind == "attention" and contraction is not None:
         problem = attention_template.AttentionProblem.of_op(contraction)
-        gpu = attention_template.AttentionTiles(*tiles.block, tiles.threads)
-        used = attention_template.gpu_attention_resources(gpu, problem)
+        if not hardware.is_gpu:
+            used = attention_template.cpu_attention_resources(attention_template.AttentionTiles(*tiles.block), problem)
+            return (live + 1) * hardware.warp_size + used.registers_per_thread, used.shared_bytes
+        used = attention_template.gpu_attention_resources(attention_template.AttentionTiles(*tiles.block, tiles.threads), problem)
         return used.registers_per_thread + REGISTERS_PER_POINTER * max(0, pointers - 4), used.shared_bytes
+    if not hardware.is_gpu:
+        return (live + 1) * hardware.warp_size, 0
     # A row kernel keeps each statistic it reduced in a register for the epilogue.
     registers = GPU_BASE_REGISTERS + REGISTERS_PER_POINTER * pointers + elements_per_thread(tiles, hardware) * live + tiles.statistics
     return registers, tiles.shared_memory_bytes

@@ -160,18 +160,30 @@ def choose_gpu_attention_tiles(problem: AttentionProblem, hardware: Hardware, bl
 
 def choose_cpu_attention_tiles(problem: AttentionProblem, hardware: Hardware, block=None) -> AttentionTiles:
     """32 query rows per worker iteration × 64 keys (4 vectors), fewer keys
-    for a short sequence; `block` forces both."""
-    bq, bt = block if block is not None else (32, min(4 * hardware.warp_size, next_pow2(problem.t)))
+    for a short sequence; rows, then keys, halved while the worker's tiles
+    outgrow its cache (`cpu_attention_resources`). `block` forces both."""
+    if block is not None:
+        return AttentionTiles(*block)
+    bq, bt = 32, min(4 * hardware.warp_size, next_pow2(problem.t))
+    while cpu_attention_resources(AttentionTiles(bq, bt), problem).shared_bytes > hardware.shared_memory_per_block and bt > hardware.warp_size:
+        if bq > 4:
+            bq //= 2
+        else:
+            bt //= 2
     return AttentionTiles(bq, bt)
+
+
+def choose_attention_tiles(problem: AttentionProblem, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
+    """The tiles for `hardware`'s kind (a CPU takes only `block`)."""
+    if hardware.is_gpu:
+        return choose_gpu_attention_tiles(problem, hardware, block, threads)
+    return choose_cpu_attention_tiles(problem, hardware, block)
 
 
 def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardware) -> AttentionTiles:
     """The group's `tile.block = [BQ, BT]` and `tile.threads` as the tiler
     set them; what it leaves out, the choosers above fill in."""
-    block = tile_attribute(group, "tile.block", None)
-    if hardware.is_gpu:
-        return choose_gpu_attention_tiles(problem, hardware, block, tile_attribute(group, "tile.threads", None))
-    return choose_cpu_attention_tiles(problem, hardware, block)
+    return choose_attention_tiles(problem, hardware, tile_attribute(group, "tile.block", None), tile_attribute(group, "tile.threads", None))
 
 
 def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) -> KernelResources:
@@ -182,6 +194,13 @@ def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) ->
     bq, bt = tiles.block_q, tiles.block_t
     shared = (bq * (problem.d + 1) + bt * (problem.d + 1) + bt * problem.dv + bq * (bt + 1)) * f32.byte_size
     return KernelResources(tiles.threads, registers, shared)
+
+
+def cpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) -> KernelResources:
+    """On the CPU: a row of BT scores in vector lanes, and the worker's
+    q [BQ, D], kᵀ [D, BT], v [BT, Dv] and output [BQ, Dv] tiles in f32."""
+    bq, bt = tiles.block_q, tiles.block_t
+    return KernelResources(1, bt, (bq * problem.d + problem.d * bt + bt * problem.dv + bq * problem.dv) * f32.byte_size)
 
 
 def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, hardware: Hardware) -> KernelResources:

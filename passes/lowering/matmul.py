@@ -261,7 +261,9 @@ class CpuMatmulTiles:
 
 @dataclass(frozen=True)
 class KernelResources:
-    """Estimated per-block needs of a GPU kernel (the tiler and cost model ask)."""
+    """Estimated per-block needs of a kernel (the tiler and cost model ask);
+    on the CPU, registers are vector lanes and shared memory the tiles a
+    worker keeps in cache."""
 
     threads: int
     registers_per_thread: int
@@ -365,6 +367,13 @@ def choose_cpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=No
     return CpuMatmulTiles(mc, nc, mr, nr)
 
 
+def choose_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles | CpuMatmulTiles:
+    """The tiles for `hardware`'s kind (a CPU takes only `block`)."""
+    if hardware.is_gpu:
+        return choose_gpu_matmul_tiles(problem, hardware, block, k, threads)
+    return choose_cpu_matmul_tiles(problem, hardware, block)
+
+
 def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> GpuMatmulTiles:
     """`tile.block = [BM, BN]`, `tile.k = BK`, `tile.threads` as the tiler
     set them; what it leaves out, `choose_gpu_matmul_tiles` fills in."""
@@ -395,6 +404,12 @@ def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelRe
     registers = (tm * tn + tm + tn) * words + BASE_REGISTERS
     shared = (tiles.block_m + tiles.block_n) * tiles.block_k * compute_type(element).byte_size
     return KernelResources(tiles.threads, registers, shared)
+
+
+def cpu_matmul_resources(tiles: CpuMatmulTiles) -> KernelResources:
+    """On the CPU, registers are vector lanes: the MR×NR accumulators and a
+    vector of B's row; the tiles only stream through the caches."""
+    return KernelResources(1, tiles.micro_m * tiles.micro_n + tiles.micro_n, 0)
 
 
 def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware) -> KernelResources:

@@ -47,7 +47,9 @@ from fusecc.compiler.ir import Operation
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.dialects.fusion import GroupOp
 
+from .attention import AttentionProblem, choose_attention_tiles
 from .kernel_builder import ceil_div, next_pow2, product
+from .matmul import MatmulProblem, choose_matmul_tiles
 from .reduction_analysis import RULES, analyse_ops
 from .scalar_emitter import LoweringError
 
@@ -208,10 +210,10 @@ def _cpu_chunk(last: int) -> int:
 
 
 def row_analysis(ops):
-    """The stats and levels (`reduction_analysis.Analysis`) of a group body
-    (`ops`, or a group), or None if it is not a row computation."""
+    """The stats and levels (`reduction_analysis.Analysis`) of a group body,
+    or None if it is not a row computation."""
     try:
-        return analyse_ops(ops.body_ops() if isinstance(ops, GroupOp) else ops)
+        return analyse_ops(ops)
     except LoweringError:
         return None
 
@@ -262,29 +264,21 @@ def _contraction(ops, name: str):
 
 
 def _matmul(ops, hw: Hardware, o: Overrides) -> TileConfig:
-    """The matmul template's tiles (`matmul.choose_*_matmul_tiles`)."""
-    from .matmul import MatmulProblem, choose_cpu_matmul_tiles, choose_gpu_matmul_tiles
-
+    """The matmul template's tiles (`matmul.choose_matmul_tiles`)."""
     problem = MatmulProblem.of_op(_contraction(ops, "tensor.matmul"))
     block = o.block if o.block is not None and len(o.block) == 2 else None
+    tiles = choose_matmul_tiles(problem, hw, block, o.k, o.threads)
     if not hw.is_gpu:
-        tiles = choose_cpu_matmul_tiles(problem, hw, block)
         return TileConfig(block=(tiles.block_m, tiles.block_n))
-    tiles = choose_gpu_matmul_tiles(problem, hw, block, o.k, o.threads)
     return TileConfig(threads=tiles.threads, block=(tiles.block_m, tiles.block_n), k=tiles.block_k)
 
 
 def _attention(ops, hw: Hardware, o: Overrides) -> TileConfig:
-    """The attention template's tiles (`attention.choose_*_attention_tiles`)."""
-    from .attention import AttentionProblem, choose_cpu_attention_tiles, choose_gpu_attention_tiles
-
+    """The attention template's tiles (`attention.choose_attention_tiles`)."""
     problem = AttentionProblem.of_op(_contraction(ops, "tensor.attention"))
     block = o.block if o.block is not None and len(o.block) == 2 else None
-    if not hw.is_gpu:
-        tiles = choose_cpu_attention_tiles(problem, hw, block)
-        return TileConfig(block=(tiles.block_q, tiles.block_t))
-    tiles = choose_gpu_attention_tiles(problem, hw, block, o.threads)
-    return TileConfig(threads=tiles.threads, block=(tiles.block_q, tiles.block_t))
+    tiles = choose_attention_tiles(problem, hw, block, o.threads)
+    return TileConfig(threads=tiles.threads if hw.is_gpu else 1, block=(tiles.block_q, tiles.block_t))
 
 
 # --------------------------------------------------------------------------- limits
