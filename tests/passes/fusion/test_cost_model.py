@@ -11,7 +11,7 @@ from fusecc.compiler.parser import parse_module
 from fusecc.compiler.types import f32
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import fuse_module
-from fusecc.passes.lowering.attention import AttentionProblem, choose_gpu_attention_tiles
+from fusecc.passes.lowering.attention import AttentionProblem, choose_cpu_attention_tiles, choose_gpu_attention_tiles, cpu_attention_resources
 from fusecc.passes.lowering.matmul import MatmulProblem, choose_gpu_matmul_tiles, gpu_matmul_resources
 from fusecc.passes.lowering.tiling import choose_tiles
 
@@ -120,6 +120,11 @@ func.func @f(%q: tensor<256x256xf32>, %k: tensor<256x256xf32>, %v: tensor<256x25
         cost = cm.estimate_ops([attention], hw)
         assert cm.check_limits(cost, hw) is None
         assert cost.shared_memory_bytes == (2 * tiles.block_q * 257 + tiles.block_t * 256 + tiles.block_q * (tiles.block_t + 1)) * 4
+    # On the CPU a worker's q, k, v and output tiles shrink to fit its cache.
+    wide = AttentionProblem(problem.op, (), 256, 256, 4096, 4096)
+    on_cpu = choose_cpu_attention_tiles(wide, CPU)
+    assert (on_cpu.block_q, on_cpu.block_t) == (4, 16)  # one vector of keys
+    assert cpu_attention_resources(on_cpu, wide).shared_bytes <= CPU.shared_memory_per_block
 
 
 # --------------------------------------------------------------------------- the decision
