@@ -61,7 +61,7 @@ import numpy as np
 
 from fusecc.compiler.hardware import Hardware
 from fusecc.compiler.ir import Value
-from fusecc.compiler.types import MemRefType, ScalarType, i1
+from fusecc.compiler.types import MemRefType, ScalarType, f32, i1
 from fusecc.dialects import arith, loop
 from fusecc.dialects.fusion import GroupOp
 
@@ -72,8 +72,10 @@ from .reduction_analysis import Analysis, Stat, analyse, bind_nodes
 from .scalar_emitter import LoweringError, ScalarEmitter
 from .tiling import TileConfig, tile_config
 
-VECTOR = 16  # CPU lanes of partial sums (one zmm register of f32)
+VECTOR = 16  # CPU lanes of one register of f32 (a zmm register)
+PARTIALS = 64  # CPU lanes of partial results at most: four registers, four independent chains
 SCALAR_ROW = 64  # CPU rows shorter than this reduce with a plain loop
+LOCAL_CACHE_BYTES = 16 * 1024  # a row of kept elements in a local buffer: at most half of L1
 
 
 class NotRowLocal(Exception):
@@ -115,12 +117,18 @@ def same_index(kb: KernelBuilder, a: Sequence[Value], b: Sequence[Value]) -> boo
 
 @dataclass
 class RowState:
-    """The node-formula context of a row kernel: stats of the current row in registers."""
+    """The node-formula context of a row kernel: stats of the current row in
+    registers; on the CPU, the elements of `reused` stats kept in `caches`
+    (stat -> buffer: the row's output, or a local buffer of one row)."""
 
     em: ScalarEmitter
     kb: KernelBuilder
     row: list[Value] = field(default_factory=list)
     values: dict[Stat, Value] = field(default_factory=dict)
+    caches: dict[Stat, Value] = field(default_factory=dict)
+    # The output buffers and index that compute_and_store is computing now:
+    # an output used as a cache may be read back only there, before its store.
+    writing: tuple[frozenset, list[Value]] | None = None
 
     def lookup(self, stat: Stat, kept: Sequence[Value]) -> Value:
         value = self.values.get(stat)
@@ -129,6 +137,23 @@ class RowState:
         if not same_index(self.kb, kept, self.row):
             raise NotRowLocal()
         return value
+
+    def element(self, stat: Stat, kept: Sequence[Value], reduced: Sequence[Value]) -> Value:
+        buffer = self.caches.get(stat)
+        if buffer is not None and stat in self.values and same_index(self.kb, kept, self.row):
+            if buffer.type.memory_space == "local":
+                return self.kb.load(buffer, reduced)
+            full = list(self.row) + list(reduced)
+            if self.writing is not None and buffer in self.writing[0] and same_index(self.kb, full, self.writing[1]):
+                return self.kb.load(buffer, full)
+        return stat.element(self, kept, reduced)
+
+    def keep(self, stats: Sequence[Stat], reduced: Sequence[Value], values: Sequence[Value]) -> None:
+        """Store the elements of the cached stats among `stats` at `reduced`."""
+        for stat, value in zip(stats, values):
+            buffer = self.caches.get(stat)
+            if buffer is not None:
+                self.kb.store(value, buffer, list(reduced) if buffer.type.memory_space == "local" else list(self.row) + list(reduced))
 
 
 @dataclass
@@ -144,6 +169,9 @@ class ScratchState:
         if buffer is None:
             raise LoweringError(f"{stat} is used before it is computed")
         return self.kb.load(buffer, kept)
+
+    def element(self, stat: Stat, kept: Sequence[Value], reduced: Sequence[Value]) -> Value:
+        return stat.element(self, kept, reduced)
 
 
 def by_reduced_shape(stats: Sequence[Stat]) -> list[tuple[tuple[int, ...], list[Stat]]]:
@@ -233,17 +261,17 @@ class Partials:
 
 
 class CpuRow:
-    """A row (or a chunk of one) walked by one worker, 16 lanes at a time."""
+    """A row (or a chunk of one) walked by one worker, P lanes at a time."""
 
     def __init__(self, kb: KernelBuilder):
         self.kb = kb
-        self.lanes: dict[tuple[ScalarType, int], Value] = {}  # reused by every level
+        self.lanes: dict[tuple[ScalarType, int, int], Value] = {}  # reused by every level
 
-    def lane_buffer(self, t: ScalarType, i: int) -> Value:
-        found = self.lanes.get((t, i))
+    def lane_buffer(self, t: ScalarType, i: int, width: int) -> Value:
+        found = self.lanes.get((t, i, width))
         if found is None:
-            found = self.kb.alloc(MemRefType([VECTOR], t, "local"), f"lanes{i}")
-            self.lanes[(t, i)] = found
+            found = self.kb.alloc(MemRefType([width], t, "local"), f"lanes{i}")
+            self.lanes[(t, i, width)] = found
         return found
 
     def reduce(self, stats: Sequence[Stat], elements: ElementsFn, lo, hi) -> list[Value]:
@@ -253,35 +281,47 @@ class CpuRow:
         static = isinstance(lo, int) and isinstance(hi, int)
         if static and hi - lo < SCALAR_ROW:
             return kb.for_(lo, hi, 1, scalar_body, inits())
-        lanes = [self.lane_buffer(s.type, i) for i, s in enumerate(stats)]
+        width = partial_lanes(hi - lo if static else None)
+        lanes = [self.lane_buffer(s.type, i, width) for i, s in enumerate(stats)]
         start = kb.index(lo)
 
         def clear(v):
             for s, buffer, init in zip(stats, lanes, inits()):
                 kb.store(init, buffer, [v])
 
-        kb.parallel([VECTOR], ["vector"], clear, ["v"])
+        kb.parallel([width], ["vector"], clear, ["v"])
         count = kb.im.const(hi - lo) if static else kb.b.create(arith.SubOp, [kb.index(hi), start]).result
-        full = kb.im.div(count, VECTOR)
+        full = kb.im.div(count, width)
 
         def chunk(c):
             def lane(v):
-                j = kb.im.add(start, kb.im.add(kb.im.mul(c, kb.im.const(VECTOR)), v))
+                j = kb.im.add(start, kb.im.add(kb.im.mul(c, kb.im.const(width)), v))
                 values = elements(j)
                 partial = [kb.load(buffer, [v]) for buffer in lanes]
                 for s, buffer, p, e in zip(stats, lanes, partial, values):
                     kb.store(combine(kb, s.combine, p, e), buffer, [v])
 
-            kb.parallel([VECTOR], ["vector"], lane, ["v"])
+            kb.parallel([width], ["vector"], lane, ["v"])
 
         kb.for_(0, full, 1, chunk, name="c")
-        tail_start = kb.im.add(start, kb.im.mul(full, kb.im.const(VECTOR)))
-        tail = kb.for_(tail_start, hi, 1, scalar_body, inits())
+        tail = None
+        if not static or (hi - lo) % width:
+            tail_start = kb.im.add(start, kb.im.mul(full, kb.im.const(width)))
+            tail = kb.for_(tail_start, hi, 1, scalar_body, inits())
+        # Fold the lanes as a tree (lane v takes lane v + h, h halving), in
+        # vector loops: a chain of `width` scalar combines would cost more
+        # than the row's chunks when rows are a few thousand long.
+        half = width // 2
+        while half:
 
-        def fold(v, *accs):
-            return [combine(kb, s.combine, a, kb.load(buffer, [v])) for s, a, buffer in zip(stats, accs, lanes)]
+            def fold(v, half=half):
+                for s, buffer in zip(stats, lanes):
+                    kb.store(combine(kb, s.combine, kb.load(buffer, [v]), kb.load(buffer, [kb.im.add(v, kb.im.const(half))])), buffer, [v])
 
-        return kb.for_(0, VECTOR, 1, fold, tail, name="v")
+            kb.parallel([half], ["vector"], fold, ["v"])
+            half //= 2
+        folded = [kb.load(buffer, [kb.im.const(0)]) for buffer in lanes]
+        return folded if tail is None else [combine(kb, s.combine, f, t) for s, f, t in zip(stats, folded, tail)]
 
     def each(self, lo, hi, body: Callable[[Value], None]) -> None:
         kb = self.kb
@@ -304,6 +344,16 @@ class CpuRow:
 
     def leader(self) -> Value | None:
         return None
+
+
+def partial_lanes(length: int | None) -> int:
+    """Lanes of partial results for a row of `length` (None: not known when
+    lowering): up to PARTIALS (several registers: independent chains hide
+    the latency of the combine), while the row fills two chunks."""
+    width = VECTOR
+    while length is not None and width < PARTIALS and 4 * width <= length:
+        width *= 2
+    return width
 
 
 # --------------------------------------------------------------------------- row kernels
@@ -343,7 +393,13 @@ def compute_levels(state: RowState, walker, levels: Sequence[Sequence[Stat]], ch
     for level in levels:
         for shape, stats in by_reduced_shape(level):
             lo, hi = chunk_range(state.kb, product(shape), chunk, chunks)
-            elements = lambda j, shape=shape, stats=stats: [s.element(state, state.row, state.kb.im.delinearize(j, shape)) for s in stats]  # noqa: E731
+
+            def elements(j, shape=shape, stats=stats):
+                reduced = state.kb.im.delinearize(j, shape)
+                values = [s.element(state, state.row, reduced) for s in stats]
+                state.keep(stats, reduced, values)
+                return values
+
             accs = walker.reduce(stats, elements, lo, hi)
             for s, acc in zip(stats, accs):
                 acc.name_hint = acc.name_hint or s.name
@@ -367,9 +423,53 @@ def write_outputs(state: RowState, walker, plan: RowPlan, guard: Value | None, c
     by_inner: dict[tuple[int, ...], list[Output]] = {}
     for value, buffer in plan.outputs:
         by_inner.setdefault(tuple(value.type.shape[len(plan.row_shape) :]), []).append((value, buffer))
+
+    def store(j, inner, outs):
+        idx = state.row + kb.im.delinearize(j, inner)
+        state.writing = (frozenset(buffer for _, buffer in outs), idx)
+        compute_and_store(kb, em, outs, idx, guard)
+        state.writing = None
+
     for inner, outs in by_inner.items():
         lo, hi = chunk_range(kb, product(inner), chunk, chunks)
-        walker.each(lo, hi, lambda j, inner=inner, outs=outs: compute_and_store(kb, em, outs, state.row + kb.im.delinearize(j, inner), guard))
+        walker.each(lo, hi, lambda j, inner=inner, outs=outs: store(j, inner, outs))
+
+
+def element_caches(kb: KernelBuilder, plan: RowPlan) -> dict[Stat, Value]:
+    """Where a CPU row kernel keeps the elements of `reused` stats: the f32
+    output of the row that is computed from them, when its row has the
+    stat's shape (it is overwritten element by element afterwards: no extra
+    traffic), else a local buffer of one row (if it is small enough to stay
+    in L1), else nowhere (they are recomputed)."""
+    caches: dict[Stat, Value] = {}
+    taken: set[Value] = set()
+    for stat in plan.analysis.stats:
+        if not stat.reused or stat.type is not f32:
+            continue
+        for value, buffer in plan.outputs:
+            if buffer not in taken and buffer.type.element_type is f32 and tuple(buffer.type.shape) == plan.row_shape + stat.reduced_shape and depends_on(value, stat.node.op.result):
+                caches[stat] = buffer
+                taken.add(buffer)
+                break
+        else:
+            if product(stat.reduced_shape) * 4 <= LOCAL_CACHE_BYTES:
+                caches[stat] = kb.alloc(MemRefType(list(stat.reduced_shape), f32, "local"), f"kept_{stat.name}")
+    return caches
+
+
+def depends_on(value: Value, source: Value) -> bool:
+    """Whether `value` is computed from `source` (within one group body)."""
+    seen, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        if v is source:
+            return True
+        op = v.defining_op
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        stack.extend(op.operands)
+    return False
 
 
 def row_part(kb: KernelBuilder, em: ScalarEmitter, plan: RowPlan, config: TileConfig) -> Part:
@@ -382,6 +482,7 @@ def row_part(kb: KernelBuilder, em: ScalarEmitter, plan: RowPlan, config: TileCo
         def emit_cpu(kb: KernelBuilder, unit: Value) -> None:
             state.row = [kb.named(i, f"r{axis}") for axis, i in enumerate(kb.im.delinearize(unit, plan.row_shape))]
             state.values = {}
+            state.caches = element_caches(kb, plan)
             walker = CpuRow(kb)
             compute_levels(state, walker, plan.analysis.levels)
             write_outputs(state, walker, plan, None)

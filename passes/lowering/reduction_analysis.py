@@ -18,7 +18,10 @@ a formula for the op's result from its stats:
                        out[..., s, d] = sum_t exp(score - max) / sum * v[..., t, d]
 
 The formulas follow `runtime.reference` operation by operation, so results
-differ from it only by the order of summation.
+differ from it only by the order of summation. A stat marked `reused`
+(softmax's sum) has its elements read again by the formula, through
+`Context.element`: a template may keep them while it reduces (the CPU row
+kernel does) instead of computing them twice.
 
 Stats are computed in `level`s: a stat can use the stats of earlier levels
 (softmax's sum uses its max; a reduction of a softmax uses both). Templates
@@ -52,6 +55,11 @@ class Context(Protocol):
 
     def lookup(self, stat: "Stat", kept: Index) -> Value: ...
 
+    def element(self, stat: "Stat", kept: Index, reduced: Index) -> Value:
+        """`stat`'s element at (kept, reduced): recomputed, or read back
+        where the template kept it (a `reused` stat's elements)."""
+        ...
+
 
 @dataclass(eq=False)
 class Stat:
@@ -63,6 +71,9 @@ class Stat:
     type: ScalarType
     element: Callable[[Context, Index, Index], Value]
     level: int = 0
+    # The node's formula reads this stat's elements again (softmax's exp(x -
+    # max)): a template that can keep them while reducing saves recomputing.
+    reused: bool = False
 
     def __repr__(self) -> str:
         return f"<stat {self.name} of {self.node.op.name} level {self.level}>"
@@ -74,8 +85,8 @@ class Node:
     stats: list[Stat] = field(default_factory=list)
     value: Callable[[Context, Index], Value] | None = None  # the op's result at an index
 
-    def stat(self, name: str, combine: str, kept, reduced, t, element) -> Stat:
-        s = Stat(self, name, combine, tuple(kept), tuple(reduced), t, element)
+    def stat(self, name: str, combine: str, kept, reduced, t, element, reused: bool = False) -> Stat:
+        s = Stat(self, name, combine, tuple(kept), tuple(reduced), t, element, reused=reused)
         self.stats.append(s)
         return s
 
@@ -134,11 +145,11 @@ def _softmax(op: T.SoftmaxOp) -> Node:
         return cx.em.s.exp(cx.em.s.sub(xv, cx.lookup(top, k)))
 
     top = node.stat("max", "max", kept, reduced, f32, at)
-    total = node.stat("sum", "sum", kept, reduced, f32, lambda cx, k, r: exp_shifted(cx, k, at(cx, k, r)))
+    total = node.stat("sum", "sum", kept, reduced, f32, lambda cx, k, r: exp_shifted(cx, k, at(cx, k, r)), reused=True)
 
     def value(cx, idx):
         k = without(idx, [axis])
-        return cx.em.s.div(exp_shifted(cx, k, cx.em.at(x, idx)), cx.lookup(total, k))
+        return cx.em.s.div(cx.element(total, k, [idx[axis]]), cx.lookup(total, k))
 
     node.value = value
     return node

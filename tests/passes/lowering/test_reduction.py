@@ -211,13 +211,60 @@ def test_row_locality_is_decided_by_the_indices_not_the_shapes():
     assert launches(check_lowering(parse(TRANSPOSED_ROWS), "h200")) == ["fused_0_reduction"]
 
 
-def test_cpu_rows_accumulate_sixteen_lanes():
+def test_cpu_rows_accumulate_partials_in_lanes_and_fold_them_as_a_tree():
     (kernel,) = kernels(check_lowering(parse(LONG_ROWS), "cpu"))
     outer = next(op for op in kernel.body if isinstance(op, loop.ParallelOp))
     assert outer.mapping == ["worker"] and outer.upper == [4]
     lanes = ops_of(kernel, loop.AllocOp)
-    assert lanes and all(a.result.type.memory_space == "local" and a.result.type.shape == (16,) for a in lanes)
+    # rows of 300: 64 lanes (four registers of partials), 4 chunks and a scalar tail of 44
+    assert lanes and all(a.result.type.memory_space == "local" and a.result.type.shape == (64,) for a in lanes)
     vectors = [op for op in ops_of(kernel, loop.ParallelOp) if op.mapping == ["vector"]]
-    assert {op.upper[0] for op in vectors} == {16, 300}
+    # clearing and chunks of 64, the fold (32, 16, ..., 1), the outputs (300)
+    assert {op.upper[0] for op in vectors} == {64, 32, 16, 8, 4, 2, 1, 300}
     for v in vectors:  # straight-line vector bodies
         assert not any(isinstance(op, (loop.ForOp, loop.ParallelOp)) for op in v.walk(include_self=False))
+
+
+SOFTMAX_ROWS = single_group(
+    """
+    %q = tensor.softmax %ix : (tensor<4x300xf32>) -> tensor<4x300xf32>
+    %h = tensor.cast %q : (tensor<4x300xf32>) -> tensor<4x300xf16>
+    fusion.yield %q, %h : tensor<4x300xf32>, tensor<4x300xf16>""",
+    "%x: tensor<4x300xf32>",
+    "tensor<4x300xf32>, tensor<4x300xf16>",
+)
+
+
+def exps_in(op) -> int:
+    return sum(1 for inner in op.walk(include_self=False) if inner.name == "math.exp")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_softmax_outputs_match_the_reference(target):
+    check_lowering(parse(SOFTMAX_ROWS), target, REDUCTION)
+
+
+def test_cpu_softmax_keeps_its_exponentials_in_the_output_row():
+    """exp(x - max) is stored into the f32 output while it is summed; the
+    output pass reads it back (no second exp) and divides in place."""
+    (kernel,) = kernels(check_lowering(parse(SOFTMAX_ROWS), "cpu", REDUCTION))
+    out = kernel.body.args[1]
+    (output_loop,) = [op for op in ops_of(kernel, loop.ParallelOp) if op.upper == [300]]
+    assert exps_in(output_loop) == 0
+    assert any(isinstance(op, loop.LoadOp) and op.buffer is out for op in output_loop.walk())
+    summing = [op for op in ops_of(kernel, loop.ParallelOp) if op.upper == [64] and exps_in(op)]
+    assert summing and any(isinstance(op, loop.StoreOp) and op.buffer is out for op in summing[0].walk())
+    assert exps_in(kernel) == 2  # the summing chunks and their scalar tail
+
+
+def test_cpu_softmax_without_an_f32_output_keeps_its_exponentials_in_a_local_row():
+    (kernel,) = kernels(check_lowering(parse(HALF_NORM), "cpu", HALF))
+    kept = [a for a in ops_of(kernel, loop.AllocOp) if a.result.name_hint == "kept_sum"]
+    assert [a.result.type.shape for a in kept] == [(40,)]
+    output_loops = [op for op in ops_of(kernel, loop.ParallelOp) if op.upper == [40]]
+    assert output_loops and all(exps_in(op) == 0 for op in output_loops)
+
+
+def test_gpu_softmax_recomputes_its_exponentials():
+    (kernel,) = kernels(check_lowering(parse(SOFTMAX_ROWS), "h200", REDUCTION))
+    assert exps_in(kernel) == 2  # the sum and the outputs
