@@ -80,9 +80,12 @@ class LLVMProgram:
     kernels: dict[str, KernelABI]
 
 
-def emit_llvm(module: Operation, hardware: Hardware = CPU, vectorize: str = "explicit", only: Collection[str] | None = None) -> LLVMProgram:
+def emit_llvm(module: Operation, hardware: Hardware = CPU, vectorize: str = "explicit", only: Collection[str] | None = None, isa: frozenset = frozenset()) -> LLVMProgram:
     """LLVM IR for every CPU kernel of a loop-level module (or the kernels
-    named in `only`, as the whole module's build has them)."""
+    named in `only`, as the whole module's build has them). `isa`:
+    instruction set extensions of the host (LLVM feature names, e.g.
+    "avx512f") that the math expansions may use directly; without them the
+    IR is portable."""
     if vectorize not in VECTORIZE_MODES:
         raise ValueError(f"vectorize must be one of {VECTORIZE_MODES}, not {vectorize!r}")
     facts = argument_facts(module)
@@ -90,14 +93,17 @@ def emit_llvm(module: Operation, hardware: Hardware = CPU, vectorize: str = "exp
     kernels = {}
     for op in module.body:
         if isinstance(op, loop.KernelOp) and (only is None or op.sym_name in only):
-            emitter = KernelEmitter(mb, op, facts.get(op.sym_name), hardware, vectorize)
+            emitter = KernelEmitter(mb, op, facts.get(op.sym_name), hardware, vectorize, frozenset(isa))
             kernels[op.sym_name] = emitter.emit()
     return LLVMProgram(mb.text(), kernels)
 
 
 def emit_llvm_text(module: Operation, args=None) -> str:
-    """The `--emit=llvm` emitter of the driver."""
-    return emit_llvm(module).text
+    """The `--emit=llvm` emitter of the driver: the IR that `fusecc run`
+    compiles on this host."""
+    from fusecc.runtime.cpu.jit import host_isa
+
+    return emit_llvm(module, isa=host_isa()).text
 
 
 # --------------------------------------------------------------------------- text builders
@@ -436,11 +442,12 @@ def choose_width(extent: int, lanes: int) -> int:
 
 
 class KernelEmitter:
-    def __init__(self, mb: ModuleBuilder, kernel: loop.KernelOp, facts, hardware: Hardware, vectorize: str):
+    def __init__(self, mb: ModuleBuilder, kernel: loop.KernelOp, facts, hardware: Hardware, vectorize: str, isa: frozenset = frozenset()):
         self.mb = mb
         self.kernel = kernel
         self.facts = facts
         self.vectorize = vectorize
+        self.isa = isa
         self.register_bytes = hardware.warp_size * 4  # the CPU entry's warp_size is f32 lanes per register
         self.fb = FunctionBuilder(mb)
         self.values: dict[Value, Val] = {}
@@ -1183,7 +1190,7 @@ class KernelEmitter:
             out = self.scalarised_libm(name.split(".")[1], ty, refs[0], width)
         else:
             x = refs[0] if reg == "float" else fb.emit(f"fpext {ty} {refs[0]} to {vty('float', width)}")
-            out = llvm_math.EXPANSIONS[name](llvm_math.F32Ops(fb, width), x)
+            out = llvm_math.EXPANSIONS[name](llvm_math.F32Ops(fb, width, self.isa), x)
             if t is f16:
                 out = fb.emit(f"fptrunc {vty('float', width)} {out} to {ty}")
         if t is bf16 and name != "math.abs":

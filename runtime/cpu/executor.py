@@ -116,9 +116,11 @@ class Kernel:
 class CompiledProgram:
     """A loop-level module compiled for this CPU."""
 
-    def __init__(self, module: Operation, vectorize: str = "explicit", pool: WorkerPool | None = None):
+    def __init__(self, module: Operation, vectorize: str = "explicit", pool: WorkerPool | None = None, isa: frozenset | None = None):
+        """`isa`: the instruction set extensions the emitted IR may use
+        directly (emit_llvm); default this host's."""
         self.module = module
-        self.llvm = emit_llvm(module, vectorize=vectorize)
+        self.llvm = emit_llvm(module, vectorize=vectorize, isa=jit.host_isa() if isa is None else isa)
         compiled = jit.compile_ir(self.llvm.text, list(self.llvm.kernels))
         self._engine = compiled.engine
         self.pool = pool or default_pool()

@@ -14,6 +14,7 @@ read half a file and compile each module once.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -55,6 +56,14 @@ def host_target_machine():
         with _lock:
             _machine = _machine or machine
     return _machine
+
+
+@functools.lru_cache(maxsize=None)
+def host_isa() -> frozenset[str]:
+    """The instruction set extensions of this CPU that LLVM enables (its
+    `+feature` names), for emit_llvm's host-specific math."""
+    host_target_machine()
+    return frozenset(f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+"))
 
 
 def host_description() -> str:
