@@ -148,6 +148,12 @@ class RowState:
                 return self.kb.load(buffer, full)
         return stat.element(self, kept, reduced)
 
+    def divide(self, numerator: Value, denominator: Value) -> Value:
+        s = self.em.s
+        if self.kb.hw.is_gpu:
+            return s.div(numerator, denominator)
+        return s.mul(numerator, s.div(s.const(1.0, denominator.type), denominator))
+
     def keep(self, stats: Sequence[Stat], reduced: Sequence[Value], values: Sequence[Value]) -> None:
         """Store the elements of the cached stats among `stats` at `reduced`."""
         for stat, value in zip(stats, values):
@@ -172,6 +178,9 @@ class ScratchState:
 
     def element(self, stat: Stat, kept: Sequence[Value], reduced: Sequence[Value]) -> Value:
         return stat.element(self, kept, reduced)
+
+    def divide(self, numerator: Value, denominator: Value) -> Value:
+        return self.em.s.div(numerator, denominator)
 
 
 def by_reduced_shape(stats: Sequence[Stat]) -> list[tuple[tuple[int, ...], list[Stat]]]:
