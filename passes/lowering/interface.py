@@ -60,11 +60,12 @@ def kernel_name(group: GroupOp) -> str:
     return f"fused_{gid if gid is not None else 0}_{group.attr('kind')}"
 
 
-def group_io_kernel(group: GroupOp, name: str | None = None, extra_args: list[MemRefType] = ()) -> tuple[KernelOp, list[ArgRef]]:
-    """A kernel whose arguments are the group's inputs then outputs (then
-    any extra scratch buffers), with the group's id, kind and location."""
+def group_io_kernel(group: GroupOp, name: str | None = None, extra_args: list[MemRefType] = (), with_outputs: bool = True) -> tuple[KernelOp, list[ArgRef]]:
+    """A kernel whose arguments are the group's inputs then outputs (unless
+    `with_outputs` is false; then any extra scratch buffers), with the
+    group's id, kind and location. The refs cover inputs and outputs."""
     inputs = [memref_for(v.type) for v in group.operands]
-    outputs = [memref_for(r.type) for r in group.results]
+    outputs = [memref_for(r.type) for r in group.results] if with_outputs else []
     attrs = {"kind": group.attr("kind")}
     if group.attr("id") is not None:
         attrs["group"] = group.attr("id")

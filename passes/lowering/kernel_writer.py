@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 from fusecc.compiler.builder import Builder
 from fusecc.compiler.hardware import Hardware
 from fusecc.compiler.ir import Value
-from fusecc.compiler.types import f32
+from fusecc.compiler.types import MemRefType, f32
 from fusecc.dialects import arith, loop
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
@@ -78,13 +78,16 @@ def reads_only_memory(value: Value) -> bool:
 class KernelWriter(KernelBuilder):
     """The kernel of one group: arguments are its inputs, then its outputs."""
 
-    def __init__(self, group: GroupOp, hardware: Hardware, name: str | None = None):
-        kernel, self.arg_refs = group_io_kernel(group, name)
+    def __init__(self, group: GroupOp, hardware: Hardware, name: str | None = None, extra_args: Sequence[MemRefType] = (), with_outputs: bool = True):
+        """`extra_args` (scratch buffers) follow the inputs and outputs (the
+        outputs are left out without `with_outputs`): `self.extra`."""
+        kernel, self.arg_refs = group_io_kernel(group, name, list(extra_args), with_outputs)
         super().__init__(kernel, hardware)
         self.group = group
         self.emitter = GuardedEmitter(self.b, input_buffers(group, kernel), self.im)
         self.emitter.s = self.s
-        self.outputs = output_buffers(group, kernel)
+        self.outputs = output_buffers(group, kernel) if with_outputs else []
+        self.extra = list(kernel.body.args[len(kernel.body.args) - len(extra_args) :]) if extra_args else []
 
     def outer(self, upper: Sequence[int], mapping: Sequence[str], body, names: Sequence[str] = ()) -> None:
         """The kernel's outer loop (the grid, or the workers): `alloc` puts

@@ -67,7 +67,7 @@ from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
 from .epilogue import Epilogue
-from .interface import Launch, LoweredGroup, template
+from .interface import Launch, LoweredGroup, kernel_name, template
 from .kernel_builder import Part, ceil_div, compute_type, dispatch, next_pow2
 from .kernel_writer import KernelWriter
 from .scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
@@ -257,6 +257,8 @@ class CpuMatmulTiles:
     block_n: int
     micro_m: int  # MR×NR: the register block; NR is a vector loop
     micro_n: int
+    pack_b: bool = False  # a first kernel copies B into contiguous K×NR panels
+    pack_a: bool = False  # and A into K×MR panels (the MR values of one k in one cache line)
 
 
 @dataclass(frozen=True)
@@ -358,13 +360,21 @@ def choose_gpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=No
 def choose_cpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None) -> CpuMatmulTiles:
     """MC×NC = 64×256 (an A block that stays in L2 while B streams through in
     K×NR panels) unless `block` says otherwise, cut to the problem in whole
-    register tiles; the register tile is 8 rows × 2 vectors: 16 of the 32
-    vector registers accumulate (docs/cpu-target.md)."""
-    mr, nr = min(8, problem.m), 2 * hardware.warp_size
+    register tiles; the register tile is 16 rows × 1 vector: 16 of the 32
+    vector registers accumulate, each B vector serves 16 rows. Long rows
+    (K of PACK_ROW_BYTES or more) are packed first, A into K×MR and B into
+    K×NR panels (`pack_operand_cpu`): unpacked, the 16 rows of A a register
+    tile reads are a page or more apart and fall into one L1 set, and a
+    panel of B thrashes L2 (docs/cpu-target.md has the measurements)."""
+    mr, nr = min(16, problem.m), hardware.warp_size
     mc, nc = block if block is not None else (64, 256)
     mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
-    return CpuMatmulTiles(mc, nc, mr, nr)
+    # panels follow the operand's rows (A) or columns (B) from 0: not where
+    # concatenated pieces cut them into spans (those read the pieces directly)
+    bounds = problem.piece_bounds()
+    pack = problem.lhs.type.rank >= 2 and problem.rhs.type.rank >= 2 and problem.m > mr and problem.n > nr and problem.k * problem.accumulator.byte_size >= PACK_ROW_BYTES
+    return CpuMatmulTiles(mc, nc, mr, nr, pack and len(bounds["n"]) == 2, pack and len(bounds["m"]) == 2)
 
 
 def choose_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles | CpuMatmulTiles:
@@ -434,6 +444,13 @@ def check_resources(resources: KernelResources, hardware: Hardware, what: str) -
         raise LoweringError(f"{what} tiles need {resources.shared_bytes} bytes of shared memory; {hardware.name} allows {hardware.shared_memory_per_block} per block")
 
 
+# CPU matmuls whose rows of A are this long (bytes) or longer pack A and B
+# first: the copy moves (M + N)·K elements for 2·M·N·K flops (a few percent
+# of the time), and unpacked such rows cost half the speed. Measured on one
+# core of the CI machine with 16×16 register tiles: K = 3072 at 40-45
+# GFLOP/s unpacked, 84-95 packed; K = 768 at 98-103 unpacked, 93-97 packed.
+PACK_ROW_BYTES = 4096
+
 # The CUDA grid's y and z extents are limited to 65535 blocks.
 MAX_GRID_YZ = 65535
 
@@ -444,10 +461,9 @@ MAX_GRID_YZ = 65535
 @template("matmul")
 def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     problem = MatmulProblem.of(group)
-    if hardware.is_gpu:
-        writer = lower_matmul_gpu(group, problem, gpu_matmul_tiles(group, problem, hardware), hardware)
-    else:
-        writer = lower_matmul_cpu(group, problem, cpu_matmul_tiles(group, problem, hardware), hardware)
+    if not hardware.is_gpu:
+        return lower_matmul_cpu(group, problem, cpu_matmul_tiles(group, problem, hardware), hardware)
+    writer = lower_matmul_gpu(group, problem, gpu_matmul_tiles(group, problem, hardware), hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 
 
@@ -526,11 +542,21 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
     return w
 
 
-def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles, hardware: Hardware) -> KernelWriter:
+def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles, hardware: Hardware) -> LoweredGroup:
     mc, nc, mr, nr = tiles.block_m, tiles.block_n, tiles.micro_m, tiles.micro_n
     if mc % mr or nc % nr:
         raise LoweringError(f"the {mc}x{nc} output block is not a multiple of the {mr}x{nr} register block")
-    w = KernelWriter(group, hardware)
+    lowered = LoweredGroup()
+    packs = {}  # operand position (0: A, 1: B) -> (packed type, scratch ref)
+    for position, wanted, width in ((0, tiles.pack_a, mr), (1, tiles.pack_b, nr)):
+        if wanted:
+            packed_type = MemRefType([math.prod(operand_batch(problem, position)), ceil_div((problem.m, problem.n)[position], width), problem.k, width], problem.accumulator)
+            ref = lowered.add_scratch(packed_type)
+            pack = pack_operand_cpu(group, problem, position, width, packed_type, hardware)
+            lowered.launches.append(Launch(pack.finish(), pack.arg_refs + [ref]))
+            packs[position] = (packed_type, ref)
+    w = KernelWriter(group, hardware, extra_args=[t for t, _ in packs.values()])
+    packed = dict(zip(packs, w.extra))
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
     im, s = w.im, w.s
     bounds = problem.piece_bounds()
@@ -550,6 +576,10 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
         col0 = im.add(im.mul(local_col, im.const(nc)), im.const(ns.start))
         row_end = w.min_index(im.add(row0, im.const(mc)), ms.end)
         col_end = w.min_index(im.add(col0, im.const(nc)), ns.end)
+        packed_batch = {}
+        for position in packed:
+            own = operand_batch(problem, position)
+            packed_batch[position] = im.linearize(broadcast_index(bidx, problem.batch, own, im), own)
 
         def register_tile(m0: Value, n0: Value) -> None:
             # The MR×NR tile at (m0, n0): a vector loop over its NR columns
@@ -557,14 +587,22 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
             # a vector register row once the vector loop is widened).
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
             row_ok = [ms.guard(w, m, mr) for m in rows]
+            a_panel, b_panel = im.div(m0, mr), im.div(n0, nr)
 
             def column(j: Value) -> None:
                 n = im.add(n0, j)
                 col_ok = ns.guard(w, n, nr)
 
                 def k_step(k: Value, *acc: Value) -> list[Value]:
-                    b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), col_ok)
-                    a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
+                    # packed panels are zero past M and N: no guards
+                    if 1 in packed:
+                        b = w.load(packed[1], [packed_batch[1], b_panel, k, j])
+                    else:
+                        b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), col_ok)
+                    if 0 in packed:
+                        a = [w.load(packed[0], [packed_batch[0], a_panel, k, im.const(i)]) for i in range(mr)]
+                    else:
+                        a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
                     return [s.add(acc[i], s.mul(a[i], b)) for i in range(mr)]
 
                 # One K loop per range of K pieces, each carrying the accumulators on.
@@ -585,4 +623,51 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
         w.for_(col0, col_end, nr, column_panel, name="n0")
 
     w.outer([problem.batch_size * row_blocks * col_blocks], ["worker"], worker, ["block"])
+    lowered.launches.append(Launch(w.finish(), w.arg_refs + [ref for _, ref in packs.values()]))
+    return lowered
+
+
+def operand_batch(problem: MatmulProblem, position: int) -> tuple[int, ...]:
+    """A's (position 0) or B's (1) own batch dimensions (1 where broadcast)."""
+    operand, transposed = (problem.lhs, "transpose_a") if position == 0 else (problem.rhs, "transpose_b")
+    return problem._logical(operand.type.shape, problem.op.attr(transposed))[:-2]
+
+
+def pack_operand_cpu(group: GroupOp, problem: MatmulProblem, position: int, width: int, packed_type: MemRefType, hardware: Hardware) -> KernelWriter:
+    """The kernel `<name>_pack_a` or `_pack_b`: the operand (its prologue
+    applied) as panels of `width` rows of A, or columns of B, k-major:
+
+        packed[batch, p, k, i] = A[batch, p·MR + i, k]   or   B[batch, k, p·NR + i]
+
+    zero past M or N, so that the matmul reads each panel front to back and
+    the MR values of A it needs at one k share a cache line (unpacked, MR
+    rows K apart fall into one cache set when K·4 is a multiple of 4 KB).
+    One worker iteration per panel."""
+    operand = problem.lhs if position == 0 else problem.rhs
+    name = "a" if position == 0 else "b"
+    w = KernelWriter(group, hardware, name=f"{kernel_name(group)}_pack_{name}", extra_args=[packed_type], with_outputs=False)
+    (packed,) = w.extra
+    im = w.im
+    batch = operand_batch(problem, position)
+    batches, panels, K = math.prod(batch), packed_type.shape[1], problem.k
+    extent = problem.m if position == 0 else problem.n
+    transposed = problem.op.attr("transpose_a" if position == 0 else "transpose_b")
+
+    def worker(u: Value) -> None:
+        flat, panel = im.delinearize(u, [batches, panels])
+        bidx = im.delinearize(flat, batch) if batch else []
+        first = im.mul(panel, im.const(width))
+
+        def row(k: Value) -> None:
+            def lane(i: Value) -> None:
+                x = im.add(first, i)  # a row of A or a column of B
+                logical = [x, k] if position == 0 else [k, x]
+                idx = [*bidx, *(logical[::-1] if transposed else logical)]
+                w.store(w.value_at(operand, idx, w.below(x, extent, extent % width != 0)), packed, [flat, panel, k, i])
+
+            w.parallel([width], ["vector"], lane, ["i"])
+
+        w.for_(0, K, 1, row, name="k")
+
+    w.outer([batches * panels], ["worker"], worker, ["panel"])
     return w

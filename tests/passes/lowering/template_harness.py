@@ -61,7 +61,6 @@ def lower_group(module, hardware: Hardware):
     func = module.lookup("main")
     group = the_group(module)
     lowered = TEMPLATES[group.attr("kind")](group, hardware)
-    assert not lowered.scratch
     args = list(func.body.args)
     schedule = loop.ScheduleOp.build(
         "main",
@@ -71,11 +70,18 @@ def lower_group(module, hardware: Hardware):
         [f"result{i}" for i in range(len(group.results))],
     )
     b = Builder(InsertionPoint.at_end(schedule.body))
+    scratch, arena = [], 0  # template scratch buffers: arena views, one after another
+    for t in lowered.scratch:
+        scratch.append(b.insert(loop.ArenaViewOp([], [t], {"offset": A.IntegerAttr(arena)})).result)
+        arena += -(-t.byte_size // 64) * 64
+    schedule.attributes["arena_size"] = A.IntegerAttr(arena)
     for launch in lowered.launches:
         operands = []
         for ref in launch.args:
             if ref.source == "input":
                 operands.append(schedule.input_args[args.index(group.operands[ref.index])])
+            elif ref.source == "scratch":
+                operands.append(scratch[ref.index])
             else:
                 operands.append(schedule.output_args[ref.index])
         b.create(loop.LaunchOp, operands, {"kernel": A.SymbolRefAttr(launch.kernel.sym_name)})

@@ -128,12 +128,59 @@ def test_gpu_tiles_whose_rows_hold_whole_staging_rounds():
 
 
 def test_cpu_blocks_and_panels_that_overhang_the_matrix():
-    # 13 rows = 8 + 5 (a ragged register block), 70 columns = 64 + 6 in blocks
-    # of two 32-wide panels (a ragged block and a ragged panel).
-    module = group_module("matmul", [t(13, 5), t(5, 70), t(13, 70)], lambda b, a: [op(b, T.SubOp, matmul(b, a[0], a[1]), a[2])], {"tile.block": [8, 64]})
+    # 37 rows = 32 + 5 in blocks of two 16-row register tiles (a ragged block
+    # and a ragged tile), 70 columns = 64 + 6 in blocks of four 16-wide panels
+    # (a ragged block and a ragged panel).
+    module = group_module("matmul", [t(37, 5), t(5, 70), t(37, 70)], lambda b, a: [op(b, T.SubOp, matmul(b, a[0], a[1]), a[2])], {"tile.block": [32, 64]})
     lowered = assert_lowering_matches(module, CPU)
     (worker,) = [o for o in lowered.walk() if o.name == "loop.parallel" and o.mapping == ["worker"]]
     assert worker.upper == [4]
+
+
+def kernel_names(lowered) -> list[str]:
+    return [o.sym_name for o in lowered.body if o.name == "loop.kernel"]
+
+
+@pytest.mark.parametrize(
+    "shapes, attrs",
+    [
+        ([t(37, 24), t(24, 70)], {}),
+        ([t(2, 37, 24), t(70, 24)], {"transpose_b": True}),  # B broadcast over the batch, stored [N, K]
+        ([t(3, 24, 37), t(3, 24, 21)], {"transpose_a": True}),
+    ],
+    ids=["plain", "batched-a-transposed-b", "transposed-a"],
+)
+def test_cpu_packs_long_rows_into_panels(monkeypatch, shapes, attrs):
+    """Rows of A of PACK_ROW_BYTES or more: kernels `_pack_a` and `_pack_b`
+    copy A and B (prologue applied, zero past M and N) into panels of 16 in
+    the arena first; the product reads them unguarded. The threshold is
+    lowered here so that the interpreter stays quick."""
+    import fusecc.passes.lowering.matmul as templates
+
+    monkeypatch.setattr(templates, "PACK_ROW_BYTES", 64)
+
+    def body(b, a):
+        scaled = op(b, T.MulOp, a[1], a[1])  # a prologue on B, computed while packing
+        return [op(b, T.GeluOp, matmul(b, a[0], scaled, **attrs))]
+
+    module = group_module("matmul", shapes, body)
+    lowered = assert_lowering_matches(module, CPU)
+    assert kernel_names(lowered) == ["fused_0_matmul_pack_a", "fused_0_matmul_pack_b", "fused_0_matmul"]
+    product = lowered.lookup("fused_0_matmul")
+    packed = [a.type for a in product.body.args[-2:]]
+    m = shapes[0].shape[-1] if attrs.get("transpose_a") else shapes[0].shape[-2]
+    n = shapes[1].shape[-2] if attrs.get("transpose_b") else shapes[1].shape[-1]
+    assert [p.shape[1:] for p in packed] == [(-(-m // 16), 24, 16), (-(-n // 16), 24, 16)]
+    # the product reads A and B only through the panels (B's prologue is in _pack_b)
+    a_arg, b_arg = product.body.args[:2]
+    assert not any(o.name == "loop.load" and o.operands[0] in (a_arg, b_arg) for o in product.walk())
+    views = [o for o in lowered.lookup("main").walk() if o.name == "loop.arena_view"]
+    assert len(views) == 2
+
+
+def test_cpu_short_rows_are_not_packed():
+    module = group_module("matmul", [t(37, 24), t(24, 70)], lambda b, a: [matmul(b, a[0], a[1])])
+    assert kernel_names(assert_lowering_matches(module, CPU)) == ["fused_0_matmul"]
 
 
 @TARGETS
