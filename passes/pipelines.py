@@ -1,7 +1,9 @@
 """The driver's levels: which pipeline produces each `--emit` level.
 
 One table, so that `fusecc --emit=LEVEL`, the tests and the docs agree on
-what each level is. Later levels extend earlier ones.
+what each level is. Later levels extend earlier ones. Every level past the
+input inlines calls first: fusion and the lowering work on one function
+body at a time (`fusecc run` of a program with calls needs that too).
 """
 
 from __future__ import annotations
@@ -38,21 +40,21 @@ def _emit_llvm(module, args) -> str:
 
 EMIT_LEVELS: dict[str, Level] = {
     "tensor": Level("", summary="the verified input program"),
-    "fused": Level("canonicalize,cse,fuse{{target={target}}}", summary="fusion groups"),
-    "tiled": Level("canonicalize,cse,fuse{{target={target}}},tile{{target={target}}}", summary="tiled fusion groups"),
+    "fused": Level("inline,canonicalize,cse,fuse{{target={target}}}", summary="fusion groups"),
+    "tiled": Level("inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}}", summary="tiled fusion groups"),
     "loop": Level(
-        "canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
+        "inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
         summary="the loop dialect: kernels and a host schedule over one planned arena",
         from_loops=True,
     ),
     "llvm": Level(
-        "canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory",
+        "inline,canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory",
         emitter=_emit_llvm,
         summary="LLVM IR for the CPU",
         from_loops=True,
     ),
     "cuda": Level(
-        "canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
+        "inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory",
         emitter=_cuda_level,
         summary="CUDA C (and, with -o, its launch manifest)",
         from_loops=True,
