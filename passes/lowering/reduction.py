@@ -85,7 +85,11 @@ class NotRowLocal(Exception):
 # --------------------------------------------------------------------------- combining
 
 
-COMBINERS = {"sum": arith.AddOp, "max": arith.MaxOp, "min": arith.MinOp}
+# "max"/"min" are numpy's (a NaN wins, as in np.max: reduce_max/min);
+# "maxnum" is C's fmaxf (NaN ignored): enough where a NaN reaches the result
+# another way (softmax's max: a NaN in the row makes its sum NaN), and one
+# instruction on a GPU.
+COMBINERS = {"sum": arith.AddOp, "maxnum": arith.MaxOp}
 
 
 def identity(kb: KernelBuilder, combine: str, t: ScalarType) -> Value:
@@ -94,12 +98,17 @@ def identity(kb: KernelBuilder, combine: str, t: ScalarType) -> Value:
     if t is i1:
         return kb.constant(combine == "min", t)
     if t.is_float:
-        return kb.constant(float("-inf") if combine == "max" else float("inf"), t)
+        return kb.constant(float("-inf") if combine in ("max", "maxnum") else float("inf"), t)
     info = np.iinfo(t.numpy_dtype)
-    return kb.constant(int(info.min if combine == "max" else info.max), t)
+    return kb.constant(int(info.min if combine in ("max", "maxnum") else info.max), t)
 
 
 def combine(kb: KernelBuilder, kind: str, a: Value, b: Value) -> Value:
+    """a + b, or numpy's maximum/minimum (a NaN wins, as in np.max)."""
+    if kind == "max":
+        return kb.s.maximum(a, b)
+    if kind == "min":
+        return kb.s.minimum(a, b)
     return kb.b.create(COMBINERS[kind], [a, b]).result
 
 

@@ -75,7 +75,7 @@ class Context(Protocol):
 class Stat:
     node: "Node"
     name: str
-    combine: str  # "sum" | "max" | "min"
+    combine: str  # "sum" | "max" | "min" (numpy's: NaN wins) | "maxnum" (fmaxf: NaN ignored)
     kept_shape: tuple[int, ...]
     reduced_shape: tuple[int, ...]
     type: ScalarType
@@ -154,7 +154,8 @@ def _softmax(op: T.SoftmaxOp) -> Node:
     def exp_shifted(cx, k, xv):
         return cx.em.s.exp(cx.em.s.sub(xv, cx.lookup(top, k)))
 
-    top = node.stat("max", "max", kept, reduced, f32, at)
+    # fmaxf is enough for the max: a NaN in the row makes the sum NaN anyway
+    top = node.stat("max", "maxnum", kept, reduced, f32, at)
     total = node.stat("sum", "sum", kept, reduced, f32, lambda cx, k, r: exp_shifted(cx, k, at(cx, k, r)), reused=True)
 
     def value(cx, idx):
@@ -293,7 +294,7 @@ def _attention(op: T.AttentionOp) -> Node:
         return value
 
     row = tuple(out[:-1])
-    top = node.stat("max", "max", row, [length], f32, lambda cx, kept, r: score(cx, kept, r[0]))
+    top = node.stat("max", "maxnum", row, [length], f32, lambda cx, kept, r: score(cx, kept, r[0]))
 
     def exp_score(cx, kept, t):
         return cx.em.s.exp(cx.em.s.sub(score(cx, kept, t), cx.lookup(top, kept)))

@@ -255,6 +255,18 @@ class Scalars:
     def min(self, a, b):
         return self.op(arith.MinOp, a, b)
 
+    def maximum(self, a, b):
+        """numpy's maximum: a NaN on either side is the result (`arith.max`
+        is C's fmaxf, which drops it); ties keep `a`, as numpy does."""
+        return self._nan_propagating("ge", a, b) if a.type.is_float else self.max(a, b)
+
+    def minimum(self, a, b):
+        return self._nan_propagating("le", a, b) if a.type.is_float else self.min(a, b)
+
+    def _nan_propagating(self, predicate: str, a, b):
+        keep_a = self.op(arith.OrOp, self.op(arith.CmpOp, a, b, predicate=predicate), self.op(arith.CmpOp, a, a, predicate="ne"))
+        return self.op(arith.SelectOp, keep_a, a, b)
+
     def exp(self, x):
         return self.op(m.ExpOp, x)
 
@@ -305,7 +317,9 @@ def _cast(s: Scalars, x: Value, op: Operation) -> Value:
 
 
 def _relu(s: Scalars, x: Value, op: Operation) -> Value:
-    return s.max(x, s.const(0, x.type))
+    """numpy's maximum(x, 0): x unless x < 0 (NaN and -0.0 stay x)."""
+    zero = s.const(0, x.type)
+    return s.op(arith.SelectOp, s.op(arith.CmpOp, x, zero, predicate="lt"), zero, x)
 
 
 # tensor op name -> builds the scalar result from scalar operands. The one
@@ -315,8 +329,8 @@ SCALAR_FORMULAS: dict[str, Callable[..., Value]] = {
     "tensor.sub": lambda s, op, a, b: s.sub(a, b),
     "tensor.mul": lambda s, op, a, b: s.mul(a, b),
     "tensor.div": lambda s, op, a, b: s.div(a, b) if a.type.is_float else _int_div(s, a, b),
-    "tensor.max": lambda s, op, a, b: s.max(a, b),
-    "tensor.min": lambda s, op, a, b: s.min(a, b),
+    "tensor.max": lambda s, op, a, b: s.maximum(a, b),
+    "tensor.min": lambda s, op, a, b: s.minimum(a, b),
     "tensor.pow": lambda s, op, a, b: s.op(m.PowOp, a, b) if a.type.is_float else _int_pow(s, a, b),
     "tensor.neg": lambda s, op, x: s.op(arith.NegOp, x),
     "tensor.abs": lambda s, op, x: _abs(s, x, op),

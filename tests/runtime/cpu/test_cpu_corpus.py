@@ -8,8 +8,9 @@ encoder block, and `fusecc run` picks the CPU when there is no GPU.
 Tolerance (docs/cpu-target.md, "whole programs"): integers and booleans
 exactly; floats |cpu - reference| <= 1e-4 * max|reference| (the lowering
 harness's PROGRAM tolerance: sums run in another order than numpy's, and
-whole programs chain them), with the same non-finite elements. Examples are
-checked with scaled inputs by test_cpu_pipeline.py.
+whole programs chain them), with the same non-finite elements, on normal
+inputs and on inputs salted with special values. Examples are checked with
+scaled inputs by test_cpu_pipeline.py.
 """
 
 from __future__ import annotations
@@ -71,19 +72,28 @@ def test_the_corpus_is_not_empty():
     assert len(CORPUS) >= 50
 
 
+# Normal inputs, and inputs where two of three floats are -0.0, 0.0, +-inf,
+# NaN or +-1 (numerics.SPECIAL_FLOATS, rotated per variant): NaN and
+# infinities must come out where the reference has them (max, min, relu
+# and reduce_max/min propagate NaN, as numpy's do).
+INPUT_VARIANTS = (None, 0, 2, 4)
+
+
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_corpus_program_on_the_cpu_matches_the_reference(name):
     text = CORPUS[name]
     module = parse_module(text)
     for func in module.functions():
-        inputs = function_inputs(func, seed=0)
-        try:
+        for special in INPUT_VARIANTS:
+            inputs = function_inputs(func, seed=0, special=special)
+            try:
+                with np.errstate(all="ignore"):
+                    want = evaluate(module, func.sym_name, inputs)
+            except InterpreterError as exc:  # e.g. an integer division by zero: no numbers to compare
+                pytest.skip(f"@{func.sym_name}: the reference rejects these inputs: {exc}")
             with np.errstate(all="ignore"):
-                want = evaluate(module, func.sym_name, inputs)
-        except InterpreterError as exc:  # e.g. an integer division by zero: no numbers to compare
-            pytest.skip(f"@{func.sym_name}: the reference rejects these inputs: {exc}")
-        got = CpuTarget().run(parse_module(text), func.sym_name, inputs, DiagnosticEngine())
-        assert_program_close(got, want, f"{name} @{func.sym_name}")
+                got = CpuTarget().run(parse_module(text), func.sym_name, inputs, DiagnosticEngine())
+            assert_program_close(got, want, f"{name} @{func.sym_name} (special values {special})")
 
 
 def fusecc_run(*args: str, cwd: pathlib.Path) -> None:
