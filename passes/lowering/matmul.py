@@ -362,19 +362,26 @@ def choose_cpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=No
     K×NR panels) unless `block` says otherwise, cut to the problem in whole
     register tiles; the register tile is 16 rows × 1 vector: 16 of the 32
     vector registers accumulate, each B vector serves 16 rows. Long rows
-    (K of PACK_ROW_BYTES or more) are packed first, A into K×MR and B into
-    K×NR panels (`pack_operand_cpu`): unpacked, the 16 rows of A a register
-    tile reads are a page or more apart and fall into one L1 set, and a
-    panel of B thrashes L2 (docs/cpu-target.md has the measurements)."""
+    (PACK_ROW_BYTES) are packed first, A into K×MR and B into K×NR panels
+    (`pack_operand_cpu`): unpacked, the 16 rows of A a register tile reads
+    are a page or more apart and fall into one L1 set, and each k of a B
+    panel is on another page (docs/cpu-target.md has the measurements)."""
     mr, nr = min(16, problem.m), hardware.warp_size
     mc, nc = block if block is not None else (64, 256)
     mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
-    # panels follow the operand's rows (A) or columns (B) from 0: not where
-    # concatenated pieces cut them into spans (those read the pieces directly)
+    size = problem.accumulator.byte_size
+    long_a_rows = problem.k * size >= PACK_ROW_BYTES  # the MR rows of a tile: MR pages, one L1 set
+    long_b_rows = long_a_rows or problem.n * size >= PACK_ROW_BYTES  # each k of a panel: another page
+    # An operand computed in the group (a cast, a scale, pieces concatenated
+    # along K) is packed too: its prologue then runs once per element instead
+    # of once per register tile that reads it. Panels follow the operand's
+    # rows (A) or columns (B) from 0, so not where concatenated pieces cut
+    # them into spans (those read each piece directly, see piece_bounds).
     bounds = problem.piece_bounds()
-    pack = problem.lhs.type.rank >= 2 and problem.rhs.type.rank >= 2 and problem.m > mr and problem.n > nr and problem.k * problem.accumulator.byte_size >= PACK_ROW_BYTES
-    return CpuMatmulTiles(mc, nc, mr, nr, pack and len(bounds["n"]) == 2, pack and len(bounds["m"]) == 2)
+    pack_a = problem.lhs.type.rank >= 2 and problem.n > nr and len(bounds["m"]) == 2 and (long_a_rows or problem.lhs.defining_op is not None)
+    pack_b = problem.rhs.type.rank >= 2 and problem.m > mr and len(bounds["n"]) == 2 and (long_b_rows or problem.rhs.defining_op is not None)
+    return CpuMatmulTiles(mc, nc, mr, nr, pack_b, pack_a)
 
 
 def choose_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles | CpuMatmulTiles:
@@ -444,12 +451,16 @@ def check_resources(resources: KernelResources, hardware: Hardware, what: str) -
         raise LoweringError(f"{what} tiles need {resources.shared_bytes} bytes of shared memory; {hardware.name} allows {hardware.shared_memory_per_block} per block")
 
 
-# CPU matmuls whose rows of A are this long (bytes) or longer pack A and B
-# first: the copy moves (M + N)·K elements for 2·M·N·K flops (a few percent
-# of the time), and unpacked such rows cost half the speed. Measured on one
-# core of the CI machine with 16×16 register tiles: K = 3072 at 40-45
-# GFLOP/s unpacked, 84-95 packed; K = 768 at 98-103 unpacked, 93-97 packed.
+# CPU matmuls pack A when its rows are this long (bytes) or longer, and B
+# when its rows or A's are: the copy moves (M + N)·K elements for 2·M·N·K
+# flops (a few percent of the time), while unpacked such rows cost up to half
+# the speed. Measured on one core of the CI machine, 16×16 register tiles:
+# K = 3072 at 40-45 GFLOP/s unpacked, 84-95 packed; K = 768, N = 768 at
+# 98-103 unpacked, 93-97 packed; K = 768, N = 3072 at 96 unpacked when B
+# sits on huge pages but half that when it does not (each k of a panel on
+# another 4 KB page), 92 packed either way.
 PACK_ROW_BYTES = 4096
+PACK_K = 16  # values of k per worker iteration of a pack kernel
 
 # The CUDA grid's y and z extents are limited to 65535 blocks.
 MAX_GRID_YZ = 65535
@@ -642,7 +653,9 @@ def pack_operand_cpu(group: GroupOp, problem: MatmulProblem, position: int, widt
     zero past M or N, so that the matmul reads each panel front to back and
     the MR values of A it needs at one k share a cache line (unpacked, MR
     rows K apart fall into one cache set when K·4 is a multiple of 4 KB).
-    One worker iteration per panel."""
+    One worker iteration per block of PACK_K values of k, all panels: it
+    reads PACK_K whole rows of B (or a PACK_K-wide strip of A) and writes
+    PACK_K·width contiguous values into each panel."""
     operand = problem.lhs if position == 0 else problem.rhs
     name = "a" if position == 0 else "b"
     w = KernelWriter(group, hardware, name=f"{kernel_name(group)}_pack_{name}", extra_args=[packed_type], with_outputs=False)
@@ -650,24 +663,31 @@ def pack_operand_cpu(group: GroupOp, problem: MatmulProblem, position: int, widt
     im = w.im
     batch = operand_batch(problem, position)
     batches, panels, K = math.prod(batch), packed_type.shape[1], problem.k
+    k_blocks = ceil_div(K, PACK_K)
     extent = problem.m if position == 0 else problem.n
     transposed = problem.op.attr("transpose_a" if position == 0 else "transpose_b")
 
     def worker(u: Value) -> None:
-        flat, panel = im.delinearize(u, [batches, panels])
+        flat, k_block = im.delinearize(u, [batches, k_blocks])
         bidx = im.delinearize(flat, batch) if batch else []
-        first = im.mul(panel, im.const(width))
+        k0 = im.mul(k_block, im.const(PACK_K))
+        k_end = w.min_index(im.add(k0, im.const(PACK_K)), K)
 
-        def row(k: Value) -> None:
-            def lane(i: Value) -> None:
-                x = im.add(first, i)  # a row of A or a column of B
-                logical = [x, k] if position == 0 else [k, x]
-                idx = [*bidx, *(logical[::-1] if transposed else logical)]
-                w.store(w.value_at(operand, idx, w.below(x, extent, extent % width != 0)), packed, [flat, panel, k, i])
+        def panel(p: Value) -> None:
+            first = im.mul(p, im.const(width))
 
-            w.parallel([width], ["vector"], lane, ["i"])
+            def row(k: Value) -> None:
+                def lane(i: Value) -> None:
+                    x = im.add(first, i)  # a row of A or a column of B
+                    logical = [x, k] if position == 0 else [k, x]
+                    idx = [*bidx, *(logical[::-1] if transposed else logical)]
+                    w.store(w.value_at(operand, idx, w.below(x, extent, extent % width != 0)), packed, [flat, p, k, i])
 
-        w.for_(0, K, 1, row, name="k")
+                w.parallel([width], ["vector"], lane, ["i"])
 
-    w.outer([batches * panels], ["worker"], worker, ["panel"])
+            w.for_(k0, k_end, 1, row, name="k")
+
+        w.for_(0, panels, 1, panel, name="p")
+
+    w.outer([batches * k_blocks], ["worker"], worker, ["k_block"])
     return w

@@ -183,6 +183,37 @@ def test_cpu_short_rows_are_not_packed():
     assert kernel_names(assert_lowering_matches(module, CPU)) == ["fused_0_matmul"]
 
 
+def test_cpu_packs_an_operand_with_a_prologue():
+    """B scaled by a constant, and B made of pieces concatenated along K:
+    `_pack_b` evaluates the prologue once per element, the product reads
+    plain panels (its K loops still follow the pieces)."""
+
+    def scaled(b, a):
+        c = b.insert(T.ConstantOp.of(np.float32(0.5), t())).result
+        return [matmul(b, a[0], op(b, T.MulOp, a[1], c))]
+
+    def stacked(b, a):
+        return [matmul(b, a[0], b.create(T.ConcatOp, [a[1], a[2]], {"axis": 0}).result)]
+
+    for body, shapes in ((scaled, [t(37, 24), t(24, 30)]), (stacked, [t(37, 24), t(10, 30), t(14, 30)])):
+        lowered = assert_lowering_matches(group_module("matmul", shapes, body), CPU)
+        assert kernel_names(lowered) == ["fused_0_matmul_pack_b", "fused_0_matmul"]
+        product = lowered.lookup("fused_0_matmul")
+        b_args = product.body.args[1 : len(shapes)]
+        assert not any(o.name == "loop.load" and o.operands[0] in b_args for o in product.walk())
+
+
+def test_cpu_pieces_along_n_are_read_directly_not_packed():
+    """Sibling weights concatenated along N (the merged Q/K/V projection)
+    are spans of the output (piece_bounds), each reading its piece."""
+
+    def body(b, a):
+        return [matmul(b, a[0], b.create(T.ConcatOp, [a[1], a[2]], {"axis": 1}).result)]
+
+    lowered = assert_lowering_matches(group_module("matmul", [t(37, 24), t(24, 30), t(24, 20)], body), CPU)
+    assert kernel_names(lowered) == ["fused_0_matmul"]
+
+
 @TARGETS
 def test_a_constant_in_both_prologue_and_epilogue(hardware, tiles):
     # One constant vector scales A's columns (inside the K loop) and is added
