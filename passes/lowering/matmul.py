@@ -372,15 +372,19 @@ def choose_cpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=No
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
     size = problem.accumulator.byte_size
     long_a_rows = problem.k * size >= PACK_ROW_BYTES  # the MR rows of a tile: MR pages, one L1 set
-    long_b_rows = long_a_rows or problem.n * size >= PACK_ROW_BYTES  # each k of a panel: another page
-    # An operand computed in the group (a cast, a scale, pieces concatenated
-    # along K) is packed too: its prologue then runs once per element instead
-    # of once per register tile that reads it. Panels follow the operand's
-    # rows (A) or columns (B) from 0, so not where concatenated pieces cut
-    # them into spans (those read each piece directly, see piece_bounds).
+    # each k of a B panel on another page: half speed unless B sits on huge
+    # pages; the copy is worth it from PACK_WIDE_B_ROWS rows of A up
+    long_b_rows = long_a_rows or (problem.n * size >= PACK_ROW_BYTES and problem.m >= PACK_WIDE_B_ROWS)
+    # An operand computed in the group (a cast, a scale) is packed too: its
+    # prologue then runs once per element instead of once per register tile
+    # that reads it. Panels follow the operand's rows (A)
+    # or columns (B) from 0, so where concatenated pieces cut them into spans
+    # (piece_bounds) every cut must fall on a panel's edge.
     bounds = problem.piece_bounds()
-    pack_a = problem.lhs.type.rank >= 2 and problem.n > nr and len(bounds["m"]) == 2 and (long_a_rows or problem.lhs.defining_op is not None)
-    pack_b = problem.rhs.type.rank >= 2 and problem.m > mr and len(bounds["n"]) == 2 and (long_b_rows or problem.rhs.defining_op is not None)
+    aligned_m = all(cut % mr == 0 for cut in bounds["m"][1:-1])
+    aligned_n = all(cut % nr == 0 for cut in bounds["n"][1:-1])
+    pack_a = problem.lhs.type.rank >= 2 and problem.n > nr and aligned_m and (long_a_rows or has_prologue(problem.lhs))
+    pack_b = problem.rhs.type.rank >= 2 and problem.m > mr and aligned_n and (long_b_rows or has_prologue(problem.rhs))
     return CpuMatmulTiles(mc, nc, mr, nr, pack_b, pack_a)
 
 
@@ -460,6 +464,10 @@ def check_resources(resources: KernelResources, hardware: Hardware, what: str) -
 # sits on huge pages but half that when it does not (each k of a panel on
 # another 4 KB page), 92 packed either way.
 PACK_ROW_BYTES = 4096
+# Packing B costs about 1/(2·M) of the product's work; at M = 128 (a
+# transformer layer's 128 tokens) the copy cost 10-15% where unpacked B on
+# huge pages ran at full speed, at M = 512 it costs 4% and saves up to half.
+PACK_WIDE_B_ROWS = 256
 PACK_K = 16  # values of k per worker iteration of a pack kernel
 
 # The CUDA grid's y and z extents are limited to 65535 blocks.
@@ -636,6 +644,13 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
     w.outer([problem.batch_size * row_blocks * col_blocks], ["worker"], worker, ["block"])
     lowered.launches.append(Launch(w.finish(), w.arg_refs + [ref for _, ref in packs.values()]))
     return lowered
+
+
+def has_prologue(operand: Value) -> bool:
+    """Is the operand computed in the group, beyond a concatenation of
+    inputs (which the spans of piece_bounds read piece by piece for free)?"""
+    op = operand.defining_op
+    return op is not None and not (isinstance(op, T.ConcatOp) and all(v.defining_op is None for v in op.operands))
 
 
 def operand_batch(problem: MatmulProblem, position: int) -> tuple[int, ...]:

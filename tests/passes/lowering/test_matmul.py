@@ -184,9 +184,9 @@ def test_cpu_short_rows_are_not_packed():
 
 
 def test_cpu_packs_an_operand_with_a_prologue():
-    """B scaled by a constant, and B made of pieces concatenated along K:
-    `_pack_b` evaluates the prologue once per element, the product reads
-    plain panels (its K loops still follow the pieces)."""
+    """B scaled by a constant: `_pack_b` evaluates the prologue once per
+    element, the product reads plain panels. (Pieces concatenated along K
+    are no prologue: the product's K loops read them piece by piece.)"""
 
     def scaled(b, a):
         c = b.insert(T.ConstantOp.of(np.float32(0.5), t())).result
@@ -195,23 +195,31 @@ def test_cpu_packs_an_operand_with_a_prologue():
     def stacked(b, a):
         return [matmul(b, a[0], b.create(T.ConcatOp, [a[1], a[2]], {"axis": 0}).result)]
 
-    for body, shapes in ((scaled, [t(37, 24), t(24, 30)]), (stacked, [t(37, 24), t(10, 30), t(14, 30)])):
-        lowered = assert_lowering_matches(group_module("matmul", shapes, body), CPU)
-        assert kernel_names(lowered) == ["fused_0_matmul_pack_b", "fused_0_matmul"]
-        product = lowered.lookup("fused_0_matmul")
-        b_args = product.body.args[1 : len(shapes)]
-        assert not any(o.name == "loop.load" and o.operands[0] in b_args for o in product.walk())
+    lowered = assert_lowering_matches(group_module("matmul", [t(37, 24), t(24, 30)], scaled), CPU)
+    assert kernel_names(lowered) == ["fused_0_matmul_pack_b", "fused_0_matmul"]
+    product = lowered.lookup("fused_0_matmul")
+    assert not any(o.name == "loop.load" and o.operands[0] is product.body.args[1] for o in product.walk())
+    stacked_module = group_module("matmul", [t(37, 24), t(10, 30), t(14, 30)], stacked)
+    assert kernel_names(assert_lowering_matches(stacked_module, CPU)) == ["fused_0_matmul"]
 
 
-def test_cpu_pieces_along_n_are_read_directly_not_packed():
+def test_cpu_pieces_are_read_directly_or_packed_on_panel_edges(monkeypatch):
     """Sibling weights concatenated along N (the merged Q/K/V projection)
-    are spans of the output (piece_bounds), each reading its piece."""
+    are spans of the output (piece_bounds), each reading its piece: no pack
+    kernel for short rows. Long rows (threshold lowered here) pack B, when
+    every piece is whole panels (32 + 16 columns), not otherwise (30 + 20)."""
+    import fusecc.passes.lowering.matmul as templates
 
     def body(b, a):
         return [matmul(b, a[0], b.create(T.ConcatOp, [a[1], a[2]], {"axis": 1}).result)]
 
-    lowered = assert_lowering_matches(group_module("matmul", [t(37, 24), t(24, 30), t(24, 20)], body), CPU)
-    assert kernel_names(lowered) == ["fused_0_matmul"]
+    aligned = [t(37, 24), t(24, 32), t(24, 16)]
+    assert kernel_names(assert_lowering_matches(group_module("matmul", aligned, body), CPU)) == ["fused_0_matmul"]
+    monkeypatch.setattr(templates, "PACK_ROW_BYTES", 64)
+    packed = assert_lowering_matches(group_module("matmul", aligned, body), CPU)
+    assert kernel_names(packed) == ["fused_0_matmul_pack_a", "fused_0_matmul_pack_b", "fused_0_matmul"]
+    ragged = assert_lowering_matches(group_module("matmul", [t(37, 24), t(24, 30), t(24, 20)], body), CPU)
+    assert kernel_names(ragged) == ["fused_0_matmul_pack_a", "fused_0_matmul"]
 
 
 @TARGETS
