@@ -18,15 +18,22 @@ faster). Contenders:
   torch          eager on the CPU, if torch is installed (`pip install .[bench]`)
 
 Outputs are checked against numpy (float64) before timing. Timings are
-figures, never asserted: the machines are shared and noisy.
+figures, never asserted: the machines are shared and noisy. OpenMP pools
+wait passively (OMP_WAIT_POLICY=PASSIVE unless set): a pool spinning after
+its call would slow the next contender.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import pathlib
 import sys
+
+# Contenders run interleaved: an OpenMP pool (torch's) that spins after a
+# call would take the second core from whichever contender runs next.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import time
 from dataclasses import dataclass, field
 from typing import Callable
