@@ -18,9 +18,9 @@ faster). Contenders:
   torch          eager on the CPU, if torch is installed (`pip install .[bench]`)
 
 Outputs are checked against numpy (float64) before timing. Timings are
-figures, never asserted: the machines are shared and noisy. OpenMP pools
-wait passively (OMP_WAIT_POLICY=PASSIVE unless set): a pool spinning after
-its call would slow the next contender.
+figures, never asserted: the machines are shared and noisy. Thread pools
+wait passively (OMP_WAIT_POLICY=PASSIVE, OPENBLAS_THREAD_TIMEOUT=4 unless
+set): a pool spinning after its call would slow the next contender.
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ import os
 import pathlib
 import sys
 
-# Contenders run interleaved: an OpenMP pool (torch's) that spins after a
-# call would take the second core from whichever contender runs next.
+# Contenders run interleaved: a thread pool that spins after a call (torch's
+# OpenMP pool; OpenBLAS's, for 2^28 cycles by default) would take the second
+# core from whichever contender runs next (the encoder block: 29 ms with two
+# threads after numpy's BLAS calls, 15.5 ms without).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # 2^4 cycles, then sleep
 import time
 from dataclasses import dataclass, field
 from typing import Callable
