@@ -63,7 +63,8 @@ class ProgramBuilder:
         else:
             count = t.num_elements
             if element.is_float:
-                values = np.array([self.float_value(element) for _ in range(min(count, 8))] * (count // min(count, 8) + 1))[:count]
+                # Up to eight drawn values, repeated to fill; slices may make empty tensors.
+                values = np.resize(np.array([self.float_value(element) for _ in range(max(1, min(count, 8)))]), count)
             elif element is i1:
                 values = np.array(self.draw(st.lists(st.booleans(), min_size=count, max_size=count)))
             else:
