@@ -57,7 +57,7 @@ from .epilogue import Epilogue
 from .interface import Launch, LoweredGroup, template
 from .kernel_builder import ceil_div, next_pow2
 from .kernel_writer import KernelWriter
-from .matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, tile_attribute
+from .matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, the_only, tile_attribute
 from .scalar_emitter import IndexMath, LoweringError, broadcast_index
 
 
@@ -72,10 +72,7 @@ class AttentionProblem:
 
     @classmethod
     def of(cls, group: GroupOp) -> "AttentionProblem":
-        ops = [op for op in group.body_ops() if isinstance(op, T.AttentionOp)]
-        if len(ops) != 1:
-            raise LoweringError(f"an attention group holds exactly one tensor.attention, but group at {group.location} holds {len(ops)}")
-        return cls.of_op(ops[0])
+        return cls.of_op(the_only(group, T.AttentionOp))
 
     @classmethod
     def of_op(cls, op: T.AttentionOp) -> "AttentionProblem":

@@ -60,7 +60,7 @@ import math
 from dataclasses import dataclass
 
 from fusecc.compiler.hardware import Hardware
-from fusecc.compiler.ir import Value
+from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, broadcast_shapes
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
@@ -76,6 +76,14 @@ from .scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_bo
 # --------------------------------------------------------------------------- the problem
 
 
+def the_only(group: GroupOp, op_class: type[Operation]) -> Operation:
+    """The one op of a kind that a matmul or attention group is built around."""
+    found = [op for op in group.body_ops() if isinstance(op, op_class)]
+    if len(found) != 1:
+        raise LoweringError(f"a {group.attr('kind')} group holds exactly one {op_class.name}, but group at {group.location} holds {len(found)}")
+    return found[0]
+
+
 @dataclass(frozen=True)
 class MatmulProblem:
     """One matmul in canonical form: [batch] × (M×K) · (K×N)."""
@@ -88,10 +96,7 @@ class MatmulProblem:
 
     @classmethod
     def of(cls, group: GroupOp) -> "MatmulProblem":
-        matmuls = [op for op in group.body_ops() if isinstance(op, T.MatmulOp)]
-        if len(matmuls) != 1:
-            raise LoweringError(f"a matmul group holds exactly one tensor.matmul, but group at {group.location} holds {len(matmuls)}")
-        return cls.of_op(matmuls[0])
+        return cls.of_op(the_only(group, T.MatmulOp))
 
     @classmethod
     def of_op(cls, op: T.MatmulOp) -> "MatmulProblem":

@@ -631,75 +631,67 @@ def lower_rows(group: GroupOp, hw: Hardware, analysis: Analysis, config: TileCon
     return LoweredGroup([Launch(kernel, refs)])
 
 
-def _split(group: GroupOp, hw: Hardware, analysis: Analysis, config: TileConfig) -> LoweredGroup:
-    lowered = LoweredGroup()
-    rows = product(analysis.row_shape())
-    stats = analysis.stats
-    scratch_refs = {s: lowered.add_scratch(MemRefType([rows, config.split], s.type)) for s in stats}
+def _level_kernel(group: GroupOp, hw: Hardware, lowered: LoweredGroup, scratch_refs: dict, level: int):
+    """The kernel computing statistics of one level: it reads the group's
+    inputs and the scratch of every statistic up to that level."""
+    used = [s for s in scratch_refs if s.level <= level]
     inputs = [memref_for(v.type) for v in group.operands]
-    input_refs = [ArgRef("input", i) for i in range(len(inputs))]
-    name = kernel_name(group)
-    for level in range(len(analysis.levels)):
-        used = [s for s in stats if s.level <= level]
-        kernel, refs = _kernel(group, f"{name}_level{level}", inputs + [lowered.scratch[scratch_refs[s].index] for s in used], input_refs + [scratch_refs[s] for s in used])
-        kb = KernelBuilder(kernel, hw)
-        args = kernel.body.args
-        em = kb.emitter(dict(zip(group.body.args, args)))
-        plan = row_plan(analysis, [])
-        scratch = dict(zip(used, args[len(inputs) :]))
-        build_kernel(kb, [split_part(kb, em, plan, config, level, scratch)], _threads(config, hw))
-        lowered.launches.append(Launch(kernel, refs))
+    kernel, refs = _kernel(
+        group,
+        f"{kernel_name(group)}_level{level}",
+        inputs + [lowered.scratch[scratch_refs[s].index] for s in used],
+        [ArgRef("input", i) for i in range(len(inputs))] + [scratch_refs[s] for s in used],
+    )
+    lowered.launches.append(Launch(kernel, refs))
+    kb = KernelBuilder(kernel, hw)
+    args = kernel.body.args
+    return kb, kb.emitter(dict(zip(group.body.args, args))), dict(zip(used, args[len(inputs) :]))
+
+
+def _final_kernel(group: GroupOp, hw: Hardware, lowered: LoweredGroup, scratch_refs: dict):
+    """The group's own kernel after its statistics levels: it reads the
+    inputs and every statistic's scratch and writes the outputs."""
+    inputs = [memref_for(v.type) for v in group.operands]
     outputs = [memref_for(r.type) for r in group.results]
     kernel, refs = _kernel(
         group,
-        name,
-        inputs + outputs + [lowered.scratch[scratch_refs[s].index] for s in stats],
-        input_refs + [ArgRef("output", i) for i in range(len(outputs))] + [scratch_refs[s] for s in stats],
+        kernel_name(group),
+        inputs + outputs + [lowered.scratch[r.index] for r in scratch_refs.values()],
+        [ArgRef("input", i) for i in range(len(inputs))] + [ArgRef("output", i) for i in range(len(outputs))] + list(scratch_refs.values()),
     )
+    lowered.launches.append(Launch(kernel, refs))
     kb = KernelBuilder(kernel, hw)
     args = kernel.body.args
     em = kb.emitter(dict(zip(group.body.args, args)))
-    plan = row_plan(analysis, list(zip(group.yield_op.operands, args[len(inputs) : len(inputs) + len(outputs)])))
-    scratch = dict(zip(stats, args[len(inputs) + len(outputs) :]))
-    build_kernel(kb, [split_part(kb, em, plan, config, None, scratch)], _threads(config, hw))
-    lowered.launches.append(Launch(kernel, refs))
+    n_in, n_out = len(inputs), len(outputs)
+    return kb, em, list(zip(group.yield_op.operands, args[n_in : n_in + n_out])), dict(zip(scratch_refs, args[n_in + n_out :]))
+
+
+def _split(group: GroupOp, hw: Hardware, analysis: Analysis, config: TileConfig) -> LoweredGroup:
+    lowered = LoweredGroup()
+    rows = product(analysis.row_shape())
+    scratch_refs = {s: lowered.add_scratch(MemRefType([rows, config.split], s.type)) for s in analysis.stats}
+    for level in range(len(analysis.levels)):
+        kb, em, scratch = _level_kernel(group, hw, lowered, scratch_refs, level)
+        build_kernel(kb, [split_part(kb, em, row_plan(analysis, []), config, level, scratch)], _threads(config, hw))
+    kb, em, outputs, scratch = _final_kernel(group, hw, lowered, scratch_refs)
+    build_kernel(kb, [split_part(kb, em, row_plan(analysis, outputs), config, None, scratch)], _threads(config, hw))
     return lowered
 
 
 def lower_staged(group: GroupOp, hw: Hardware, analysis: Analysis, config: TileConfig) -> LoweredGroup:
     lowered = LoweredGroup()
-    stats = analysis.stats
-    scratch_refs = {s: lowered.add_scratch(MemRefType(s.kept_shape, s.type)) for s in stats}
-    inputs = [memref_for(v.type) for v in group.operands]
-    input_refs = [ArgRef("input", i) for i in range(len(inputs))]
-    name = kernel_name(group)
+    scratch_refs = {s: lowered.add_scratch(MemRefType(s.kept_shape, s.type)) for s in analysis.stats}
     elementwise = TileConfig(threads=_threads(config, hw) if hw.is_gpu else 1)
     for level, level_stats in enumerate(analysis.levels):
-        used = [s for s in stats if s.level <= level]
-        kernel, refs = _kernel(group, f"{name}_level{level}", inputs + [lowered.scratch[scratch_refs[s].index] for s in used], input_refs + [scratch_refs[s] for s in used])
-        kb = KernelBuilder(kernel, hw)
-        args = kernel.body.args
-        em = kb.emitter(dict(zip(group.body.args, args)))
-        scratch = dict(zip(used, args[len(inputs) :]))
+        kb, em, scratch = _level_kernel(group, hw, lowered, scratch_refs, level)
         state = ScratchState(em, kb, {s: b for s, b in scratch.items() if s.level < level})
         bind_nodes(em, analysis, state)
         parts = [stat_part(kb, state, s, scratch[s], elementwise) for s in level_stats]
         build_kernel(kb, parts, _threads(elementwise, hw))
-        lowered.launches.append(Launch(kernel, refs))
-    outputs = [memref_for(r.type) for r in group.results]
-    kernel, refs = _kernel(
-        group,
-        name,
-        inputs + outputs + [lowered.scratch[scratch_refs[s].index] for s in stats],
-        input_refs + [ArgRef("output", i) for i in range(len(outputs))] + [scratch_refs[s] for s in stats],
-    )
-    kb = KernelBuilder(kernel, hw)
-    args = kernel.body.args
-    em = kb.emitter(dict(zip(group.body.args, args)))
-    bind_nodes(em, analysis, ScratchState(em, kb, dict(zip(stats, args[len(inputs) + len(outputs) :]))))
-    outs = list(zip(group.yield_op.operands, args[len(inputs) : len(inputs) + len(outputs)]))
-    build_kernel(kb, elementwise_parts(kb, em, outs, elementwise), _threads(elementwise, hw))
-    lowered.launches.append(Launch(kernel, refs))
+    kb, em, outputs, scratch = _final_kernel(group, hw, lowered, scratch_refs)
+    bind_nodes(em, analysis, ScratchState(em, kb, scratch))
+    build_kernel(kb, elementwise_parts(kb, em, outputs, elementwise), _threads(elementwise, hw))
     return lowered
 
 

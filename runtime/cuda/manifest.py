@@ -24,13 +24,8 @@ class ManifestError(ValueError):
     """A kernels.json that does not follow the schema."""
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """A program input or output: its name, shape and element type."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
+class _ShapedBuffer:
+    """A buffer described by `shape` and `dtype`, sized in bytes."""
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(self.shape))
@@ -38,6 +33,15 @@ class TensorSpec:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class TensorSpec(_ShapedBuffer):
+    """A program input or output: its name, shape and element type."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
@@ -55,19 +59,12 @@ class TensorArg:
 
 
 @dataclass(frozen=True)
-class ArenaArg:
+class ArenaArg(_ShapedBuffer):
     """A pointer to a temporary at a byte offset in the arena."""
 
     offset: int
     shape: tuple[int, ...]
     dtype: str
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(self.shape))
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
 
     def to_dict(self) -> dict:
         return {"arena": self.offset, "shape": list(self.shape), "dtype": self.dtype}
