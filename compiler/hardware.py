@@ -84,18 +84,18 @@ A100 = Hardware(
 
 # Our CI machine: 2 cores of an AVX-512 EPYC, ~25 GB/s DRAM copy. The flop
 # rate is what fusecc's generated matmul kernels reach, not the hardware's
-# (OpenBLAS sgemm: ~190 GFLOP/s on 2 threads): 58-69 GFLOP/s per core for the
-# transformer projections, best of 10 runs on one thread
-# (benchmarks/cpu_matmul_rate.py, docs/fusion.md "Measured on the CI
-# machine"), so 2 x 60. "Registers" are the 32 zmm registers of 16 floats;
+# (OpenBLAS sgemm: ~190 GFLOP/s on 2 threads): 81-99 GFLOP/s per core for
+# the transformer projections (median of 15 runs on one thread), 127-193 on
+# two (benchmarks/cpu_matmul_rate.py, docs/fusion.md "Measured on the CI
+# machine"), so 160. "Registers" are the 32 zmm registers of 16 floats;
 # "shared memory" is the per-core L2 a tile should fit in.
 CPU = Hardware(
     name="cpu",
     kind="cpu",
     arch="x86-64",
     memory_bandwidth=25e9,
-    peak_flops=120e9,
-    peak_tensor_flops=120e9,
+    peak_flops=160e9,
+    peak_tensor_flops=160e9,
     launch_overhead=5e-6,
     registers_per_thread=32 * 16,
     registers_per_sm=32 * 16,
