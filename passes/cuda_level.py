@@ -195,9 +195,10 @@ def compile_program(module: Operation, entry: str | None = None, arch: str = "sm
 # --------------------------------------------------------------------------- the driver hook
 
 
-def write_cuda_level(module: Operation, args) -> str:
-    """`fusecc ... [-o kernels.cu]`: the source (the driver writes it), the
-    manifest beside -o, and the resource usage on stderr when asked."""
+def cuda_level_outputs(module: Operation, args) -> tuple[str, dict[str, str]]:
+    """`fusecc ... [-o kernels.cu]`: the source and, with -o, the manifest
+    beside it (the driver writes both), and the resource usage on stderr
+    when asked."""
     output = getattr(args, "output", None)
     filename = os.path.basename(output) if output not in (None, "-") else "kernels.cu"
     arch = getattr(args, "arch", "sm_90")
@@ -211,8 +212,5 @@ def write_cuda_level(module: Operation, args) -> str:
         from fusecc.runtime.cuda.resources import format_resource_usage
 
         sys.stderr.write(format_resource_usage(checked, {k.name: k.estimate for k in cuda.kernels if k.estimate}))
-    if manifest is not None:
-        from fusecc.tools.common import write_output
-
-        write_output(os.path.splitext(output)[0] + ".json", manifest.to_json())
-    return cuda.text
+    beside = {os.path.splitext(output)[0] + ".json": manifest.to_json()} if manifest is not None else {}
+    return cuda.text, beside

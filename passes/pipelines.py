@@ -15,15 +15,17 @@ from typing import Callable
 @dataclass(frozen=True)
 class Level:
     pipeline: str  # with {target} and {arch} placeholders
-    emitter: Callable | None = None  # (module, driver args) -> text for the level; None prints the IR
+    # (module, driver args) -> (the level's text, {path: text} of files that go
+    # beside -o, written after it); None prints the IR
+    emitter: Callable | None = None
     summary: str = ""
     from_loops: bool = False  # the level starts from loop IR: a module already there skips the pipeline
 
 
-def _cuda_level(module, args) -> str:
-    from fusecc.passes.cuda_level import write_cuda_level
+def _cuda_level(module, args) -> tuple[str, dict[str, str]]:
+    from fusecc.passes.cuda_level import cuda_level_outputs
 
-    return write_cuda_level(module, args)
+    return cuda_level_outputs(module, args)
 
 
 def is_loop_level(module) -> bool:
@@ -32,10 +34,10 @@ def is_loop_level(module) -> bool:
     return bool(ops & {"loop.kernel", "loop.schedule"}) and "func.func" not in ops
 
 
-def _emit_llvm(module, args) -> str:
+def _emit_llvm(module, args) -> tuple[str, dict[str, str]]:
     from fusecc.passes.emit_llvm import emit_llvm_text
 
-    return emit_llvm_text(module, args)
+    return emit_llvm_text(module, args), {}
 
 
 EMIT_LEVELS: dict[str, Level] = {

@@ -102,8 +102,10 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
             raise ToolError(f"--emit={level} is not available yet: {exc}") from None
         run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
     emitter = EMIT_LEVELS[level].emitter
-    text = emitter(module, args) if emitter else print_op(module, debuginfo=args.print_debuginfo)
+    text, beside = emitter(module, args) if emitter else (print_op(module, debuginfo=args.print_debuginfo), {})
     write_output(args.output, text)
+    for path, extra in beside.items():
+        write_output(path, extra)
     return 0
 
 

@@ -85,6 +85,14 @@ def test_nvrtc_rejecting_generated_code_is_an_internal_error_naming_the_kernel(c
     assert "this is a bug in fusecc" in err
 
 
+def test_an_unwritable_output_names_the_source_file_first(tmp_path, capsys):
+    out = tmp_path / "missing" / "model.cu"
+    assert main([BLOCK_STRUCTURE, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"could not write '{out}'" in err and "Traceback" not in err
+    assert not (tmp_path / "missing").exists()
+
+
 def test_manifest_arguments_cover_arena_views_and_copies(tmp_path):
     pytest.importorskip("fusecc.runtime.cuda.manifest")
     assert main([str(PROGRAMS / "arena_and_copy.ir"), "-o", str(tmp_path / "k.cu")]) == 0
