@@ -235,7 +235,7 @@ def pipeline_contender(pattern: Pattern):
     from fusecc.compiler import parse_module, verify
     from fusecc.compiler.pass_manager import PassContext, PipelineError, run_pipeline
     from fusecc.runtime.cpu import compile_program
-    from fusecc.runtime.cpu.target import loop_pipeline
+    from fusecc.driver.cpu_target import loop_pipeline
 
     try:
         pipeline = loop_pipeline()

@@ -1,5 +1,5 @@
 """The GFLOP/s the generated CPU matmul kernels reach: the source of the `cpu`
-entry's `peak_flops` in compiler/hardware.py (the cost model's matmul rate).
+entry's `peak_flops` in passes/backends/hardware.py (the cost model's matmul rate).
 
     python benchmarks/cpu_matmul_rate.py [--reps 15] [--threads 1,2]
 
@@ -24,7 +24,7 @@ import numpy as np
 from fusecc.compiler import parse_module, verify
 from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.runtime.cpu.executor import CompiledProgram, WorkerPool
-from fusecc.runtime.cpu.target import loop_pipeline
+from fusecc.driver.cpu_target import loop_pipeline
 from fusecc.runtime.reference import random_model_input
 
 # name -> (M, K, [N per sibling]); several Ns: merged siblings (concatenated weights)

@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from fusecc.compiler import parse_module, verify
-from fusecc.passes.cuda_level import build_manifest
-from fusecc.passes.emit_cuda import emit_cuda
+from fusecc.driver.cuda_level import build_manifest
+from fusecc.passes.backends.cuda.emit import emit_cuda
 from fusecc.runtime.cuda.cpu_harness import loader
 from fusecc.runtime.cuda.execute import run_on_cpu
 

@@ -18,7 +18,7 @@ import pathlib
 import re
 import time
 
-from fusecc.compiler.hardware import H200
+from fusecc.passes.backends.hardware import H200
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.verifier import verify
 from fusecc.passes.fusion.fuse import fuse_module

@@ -14,7 +14,7 @@ computation runs as CuPy operations one by one (the unfused baseline,
 written against the array API numpy and CuPy share). The table gives median
 GPU times, their ratio, the fused program's effective bandwidth (inputs
 read once, outputs written once) against the device's peak
-(compiler/hardware.py) and its kernel count. Then flash attention's memory
+(passes/backends/hardware.py) and its kernel count. Then flash attention's memory
 for S = 512 ... 4096: the arena and the one allocation grow linearly in S,
 where materialised scores would grow as S².
 
@@ -38,8 +38,8 @@ from typing import Callable
 import numpy as np
 
 from fusecc.compiler import parse_module, verify
-from fusecc.compiler.hardware import HARDWARE
-from fusecc.passes.cuda_level import build_manifest, lower_to_cuda
+from fusecc.passes.backends.hardware import HARDWARE
+from fusecc.driver.cuda_level import build_manifest, lower_to_cuda
 from fusecc.runtime.cuda.execute import plan_memory, run_on_cpu
 from fusecc.runtime.reference import random_model_input
 

@@ -1,10 +1,10 @@
 """fusecc's IR core: types, attributes, ops, parser, printer, verifier, passes."""
 
-from .diagnostics import DiagnosticError, InternalCompilerError
-from .ir import Block, Operation, Region, Value, VerifyError
-from .parser import parse_module, split_input
-from .printer import print_op
-from .verifier import verify
+from fusecc.compiler.diagnostics import DiagnosticError, InternalCompilerError
+from fusecc.compiler.ir import Block, Operation, Region, Value, VerifyError
+from fusecc.compiler.parser import parse_module, split_input
+from fusecc.compiler.printer import print_op
+from fusecc.compiler.verifier import verify
 
 __all__ = [
     "Block",

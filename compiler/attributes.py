@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .types import FunctionType, ScalarType, ShapedType, TensorType, Type, bf16, f32, i1, i64, round_to_bf16
+from fusecc.compiler.types import FunctionType, ScalarType, ShapedType, TensorType, Type, bf16, f32, i1, i64, round_to_bf16
 
 
 class Attribute:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .diagnostics import UNKNOWN_LOC, Location
-from .ir import Block, Operation, Value
-from .types import Type
+from fusecc.compiler.diagnostics import UNKNOWN_LOC, Location
+from fusecc.compiler.ir import Block, Operation, Value
+from fusecc.compiler.types import Type
 
 
 class InsertionPoint:

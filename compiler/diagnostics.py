@@ -35,7 +35,7 @@ class FileLineColLoc(Location):
         return self
 
     def __str__(self) -> str:
-        from .attributes import quote_string
+        from fusecc.compiler.attributes import quote_string
 
         return f"loc({quote_string(self.file)}:{self.line}:{self.col})"
 
@@ -57,7 +57,7 @@ class NameLoc(Location):
         return self.child.file_line_col() if self.child else None
 
     def __str__(self) -> str:
-        from .attributes import quote_string
+        from fusecc.compiler.attributes import quote_string
 
         inner = f"({str(self.child)[4:-1]})" if self.child else ""
         return f"loc({quote_string(self.name)}{inner})"
@@ -130,6 +130,12 @@ class DiagnosticError(Exception):
 def error(location: Location, message: str) -> DiagnosticError:
     """Build (not raise) the exception for an error at `location`."""
     return DiagnosticError(Diagnostic(Severity.ERROR, location, message))
+
+
+class UsageError(Exception):
+    """A problem with how fusecc was asked to work (a missing file, a bad
+    option, an input of the wrong shape), not with a program's text: the
+    tools print it as `tool: error: ...` and exit with 1."""
 
 
 class InternalCompilerError(Exception):

@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
-from . import attributes as A
-from .diagnostics import UNKNOWN_LOC, Location
-from .traits import IsolatedFromAbove, Symbol, SymbolTable, Terminator, Trait
-from .types import Type
+from fusecc.compiler import attributes as A
+from fusecc.compiler.diagnostics import UNKNOWN_LOC, Location
+from fusecc.compiler.traits import IsolatedFromAbove, Symbol, SymbolTable, Terminator, Trait
+from fusecc.compiler.types import Type
 
 
 class VerifyError(Exception):

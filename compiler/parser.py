@@ -22,10 +22,10 @@ import re
 import lark
 import numpy as np
 
-from . import attributes as A
-from .diagnostics import DiagnosticError, FileLineColLoc, FusedLoc, Location, NameLoc, UNKNOWN_LOC, error
-from .ir import Block, Operation, Region, lookup_op_class
-from .types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i1, i64, parse_type_token
+from fusecc.compiler import attributes as A
+from fusecc.compiler.diagnostics import DiagnosticError, FileLineColLoc, FusedLoc, Location, NameLoc, UNKNOWN_LOC, error
+from fusecc.compiler.ir import Block, Operation, Region, lookup_op_class
+from fusecc.compiler.types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i1, i64, parse_type_token
 
 GRAMMAR = r"""
 start: operation*
@@ -701,8 +701,8 @@ class _IRBuilder:
         return op
 
     def infer(self, op_class, operands, attrs, syntax):
-        from .verifier import check_attributes
-        from .ir import VerifyError
+        from fusecc.compiler.verifier import check_attributes
+        from fusecc.compiler.ir import VerifyError
 
         try:
             check_attributes(op_class, attrs)
@@ -864,7 +864,7 @@ def _piece(token, text: str) -> _Piece:
 
 @functools.lru_cache(maxsize=1)
 def _isolated_trait():
-    from .traits import IsolatedFromAbove
+    from fusecc.compiler.traits import IsolatedFromAbove
 
     return IsolatedFromAbove
 

@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable
 
-from .diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError
-from .ir import Operation, lookup_op_class
-from .printer import print_op
-from .verifier import verify
+from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError
+from fusecc.compiler.ir import Operation, lookup_op_class
+from fusecc.compiler.printer import print_op
+from fusecc.compiler.verifier import verify
 
 
 class PipelineError(ValueError):

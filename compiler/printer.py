@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
-from . import attributes as A
-from .ir import Block, Operation, Region, Value
-from .traits import SymbolTable
-from .types import FunctionType, format_result_types
+from fusecc.compiler import attributes as A
+from fusecc.compiler.ir import Block, Operation, Region, Value
+from fusecc.compiler.traits import SymbolTable
+from fusecc.compiler.types import FunctionType, format_result_types
 
 
 _SSA_NAME = re.compile(r"[A-Za-z0-9_.$\-]+")

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
-from .builder import Builder, InsertionPoint
-from .diagnostics import Location
-from .ir import Operation, Value
-from .traits import Pure, Terminator
+from fusecc.compiler.builder import Builder, InsertionPoint
+from fusecc.compiler.diagnostics import Location
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.traits import Pure, Terminator
 
 
 class RewritePattern:

@@ -9,10 +9,10 @@ blocks end in a terminator where the parent needs one.
 
 from __future__ import annotations
 
-from .diagnostics import Diagnostic, DiagnosticError, Severity
-from .ir import BlockArgument, Operation, OpResult, VerifyError, check_operand_count
-from .traits import IsolatedFromAbove, NoTerminator, Terminator
-from .types import format_result_types
+from fusecc.compiler.diagnostics import Diagnostic, DiagnosticError, Severity
+from fusecc.compiler.ir import BlockArgument, Operation, OpResult, VerifyError, check_operand_count
+from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, Terminator
+from fusecc.compiler.types import format_result_types
 
 
 def check_attributes(op_class: type[Operation], attributes) -> None:

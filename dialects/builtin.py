@@ -34,7 +34,7 @@ class ModuleOp(Operation):
             seen.add(name.value)
 
     def functions(self) -> list[Operation]:
-        from .func import FuncOp
+        from fusecc.dialects.func import FuncOp
 
         return [op for op in self.body if isinstance(op, FuncOp)]
 

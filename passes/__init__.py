@@ -5,14 +5,14 @@ from fusecc.compiler.pass_manager import register_pass
 
 # name -> "module:Class"
 for _name, _target in {
-    "canonicalize": "fusecc.passes.canonicalize:Canonicalize",
-    "cse": "fusecc.passes.cse:CSE",
-    "dce": "fusecc.passes.dce:DCE",
-    "decompose": "fusecc.passes.decompose:Decompose",
-    "inline": "fusecc.passes.inline:Inline",
-    "tile": "fusecc.passes.lowering.tiling:Tile",
+    "canonicalize": "fusecc.passes.transforms.canonicalize:Canonicalize",
+    "cse": "fusecc.passes.transforms.cse:CSE",
+    "dce": "fusecc.passes.transforms.dce:DCE",
+    "decompose": "fusecc.passes.transforms.decompose:Decompose",
+    "inline": "fusecc.passes.transforms.inline:Inline",
+    "tile": "fusecc.passes.tiling.tile:Tile",
     "lower-to-loops": "fusecc.passes.lowering.driver:LowerToLoops",
-    "plan-memory": "fusecc.passes.lowering.memory_plan:PlanMemory",
+    "plan-memory": "fusecc.passes.memory.plan:PlanMemory",
     "fuse": "fusecc.passes.fusion.fuse:Fuse",
     "fuse-attention": "fusecc.passes.fusion.fuse:FuseAttention",
     "fuse-elementwise": "fusecc.passes.fusion.fuse:FuseElementwise",

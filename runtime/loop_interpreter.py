@@ -23,7 +23,7 @@ import numpy as np
 from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, i1
 
-from .reference import InterpreterError, erf as erf_array, round_bf16, to_storage
+from fusecc.runtime.reference import InterpreterError, erf as erf_array, round_bf16, to_storage
 
 
 # --------------------------------------------------------------------------- scalars

@@ -13,7 +13,7 @@ import pytest
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCE_ROOTS = ("compiler", "dialects", "passes", "runtime", "tools")
+SOURCE_ROOTS = ("api", "compiler", "dialects", "passes", "runtime", "driver", "tools")
 
 
 def pyproject() -> dict:
@@ -28,7 +28,8 @@ def package_folders() -> dict[str, str]:
             folder = init.parent.relative_to(ROOT)
             if "__pycache__" in folder.parts:
                 continue
-            found["fusecc." + ".".join(folder.parts)] = folder.as_posix()
+            name = "fusecc" if folder.as_posix() == "api" else "fusecc." + ".".join(folder.parts)
+            found[name] = folder.as_posix()
     return found
 
 
@@ -40,7 +41,7 @@ def test_every_package_folder_is_listed():
     for name, folder in config["package-dir"].items():
         assert (ROOT / folder).is_dir(), f"package-dir maps {name} to missing {folder}"
     for root in SOURCE_ROOTS:
-        assert config["package-dir"][f"fusecc.{root}"] == root
+        assert config["package-dir"]["fusecc" if root == "api" else f"fusecc.{root}"] == root
 
 
 def test_console_scripts_and_extras():
@@ -73,9 +74,9 @@ def test_installed_files_lie_only_under_fusecc(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = [p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()]
     assert {f.split("/")[0] for f in files} == {"fusecc"}
-    assert not (out / "fusecc" / "__init__.py").exists()  # a namespace package: nothing claims `fusecc` itself
+    assert (out / "fusecc" / "__init__.py").read_text() == (ROOT / "api" / "__init__.py").read_text()  # `import fusecc` is the public API
     for package in package_folders():
         assert package.replace(".", "/") + "/__init__.py" in files
     assert "fusecc/compiler/parser.py" in files and "fusecc/tools/opt.py" in files
     # The CUDA tools read these at run time (package-data in pyproject.toml).
-    assert {"fusecc/runtime/cuda/cpu_harness/cuda_cpu.h", "fusecc/runtime/cuda/include/fusecc_cuda.cuh"} <= set(files)
+    assert {"fusecc/runtime/cuda/cpu_harness/cuda_cpu.h", "fusecc/passes/backends/cuda/fusecc_cuda.cuh"} <= set(files)

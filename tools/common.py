@@ -13,14 +13,10 @@ import os
 import sys
 from typing import Callable
 
-from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError, SourceManager, render
+from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError, SourceManager, UsageError, render
 
 EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 2
-
-
-class ToolError(Exception):
-    """A usage problem (missing file, bad option) reported as `tool: error: ...`."""
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -31,13 +27,13 @@ def read_source(path: str) -> tuple[str, str]:
         with open(path, encoding="utf-8") as f:
             return f.read(), path
     except FileNotFoundError:
-        raise ToolError(f"could not open input file '{path}': no such file") from None
+        raise UsageError(f"could not open input file '{path}': no such file") from None
     except IsADirectoryError:
-        raise ToolError(f"could not open input file '{path}': it is a directory") from None
+        raise UsageError(f"could not open input file '{path}': it is a directory") from None
     except UnicodeDecodeError as exc:
-        raise ToolError(f"input file '{path}' is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise UsageError(f"input file '{path}' is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
-        raise ToolError(f"could not open input file '{path}': {exc.strerror}") from None
+        raise UsageError(f"could not open input file '{path}': {exc.strerror}") from None
 
 
 def write_output(path: str | None, text: str) -> None:
@@ -49,7 +45,7 @@ def write_output(path: str | None, text: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as exc:
-        raise ToolError(f"could not write '{path}': {exc.strerror}") from None
+        raise UsageError(f"could not write '{path}': {exc.strerror}") from None
 
 
 @contextlib.contextmanager
@@ -58,7 +54,7 @@ def phase(name: str):
     it is reported as an internal error naming it, not as a traceback."""
     try:
         yield
-    except (DiagnosticError, ToolError, InternalCompilerError, KeyboardInterrupt, BrokenPipeError):
+    except (DiagnosticError, UsageError, InternalCompilerError, KeyboardInterrupt, BrokenPipeError):
         raise
     except Exception as exc:
         raise InternalCompilerError(name, exc) from exc
@@ -76,7 +72,7 @@ def guarded_main(tool: str, body: Callable[[DiagnosticEngine], int], sources: So
     except DiagnosticError as exc:
         print(render(exc.diagnostic, engine.sources), file=sys.stderr)
         return EXIT_USER_ERROR
-    except ToolError as exc:
+    except UsageError as exc:
         print(f"{tool}: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except InternalCompilerError as exc:

@@ -18,16 +18,16 @@ import zipfile
 
 import numpy as np
 
-from fusecc.compiler.diagnostics import DiagnosticEngine, SourceManager
+from fusecc.compiler.diagnostics import DiagnosticEngine, SourceManager, UsageError
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
-from fusecc.passes.pipelines import EMIT_LEVELS, is_loop_level, pipeline_for_level
-from fusecc.runtime import targets
+from fusecc.driver.pipelines import EMIT_LEVELS, is_loop_level, pipeline_for_level
+from fusecc.driver import targets
 
-from .common import EXIT_INTERNAL_ERROR, ToolError, guarded_main, phase, read_source, write_output
+from fusecc.tools.common import EXIT_INTERNAL_ERROR, guarded_main, phase, read_source, write_output
 
 SUBCOMMANDS = ("run", "explain", "report")
 
@@ -51,16 +51,16 @@ def entry_function(module: Operation, requested: str | None) -> Operation:
         if found is None and requested is None and schedules:
             found = schedules[0]
         if found is None:
-            raise ToolError(f"no loop.schedule @{wanted} (schedules: {', '.join('@' + op.sym_name for op in schedules) or 'none'})")
+            raise UsageError(f"no loop.schedule @{wanted} (schedules: {', '.join('@' + op.sym_name for op in schedules) or 'none'})")
         return found
     functions = module.functions()
     if not functions:
-        raise ToolError("the module has no functions")
+        raise UsageError("the module has no functions")
     if requested is not None:
         found = module.lookup(requested.lstrip("@"))
         if found is None or found.name != "func.func":
             names = ", ".join("@" + f.sym_name for f in functions)
-            raise ToolError(f"no function @{requested.lstrip('@')} (functions: {names})")
+            raise UsageError(f"no function @{requested.lstrip('@')} (functions: {names})")
         return found
     return module.lookup("main") or functions[0]
 
@@ -70,7 +70,7 @@ def entry_function(module: Operation, requested: str | None) -> Operation:
 
 def gpu_of_arch(arch: str):
     """The hardware description of a CUDA architecture (sm_80: the A100)."""
-    from fusecc.compiler.hardware import HARDWARE
+    from fusecc.passes.backends.hardware import HARDWARE
 
     return next(h for h in HARDWARE.values() if h.is_gpu and h.arch == arch)
 
@@ -99,7 +99,7 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
         try:
             pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))
         except PipelineError as exc:
-            raise ToolError(f"--emit={level} is not available yet: {exc}") from None
+            raise UsageError(f"--emit={level} is not available yet: {exc}") from None
         run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
     emitter = EMIT_LEVELS[level].emitter
     text, beside = emitter(module, args) if emitter else (print_op(module, debuginfo=args.print_debuginfo), {})
@@ -134,16 +134,16 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
         try:
             data = np.load(path, allow_pickle=False)
         except FileNotFoundError:
-            raise ToolError(f"could not open inputs file '{path}': no such file") from None
+            raise UsageError(f"could not open inputs file '{path}': no such file") from None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ToolError(f"could not read inputs file '{path}' as .npz: {exc}") from None
+            raise UsageError(f"could not read inputs file '{path}' as .npz: {exc}") from None
         if not isinstance(data, np.lib.npyio.NpzFile):
-            raise ToolError(f"inputs file '{path}' is a single array (.npy); give an .npz of named arrays")
+            raise UsageError(f"inputs file '{path}' is a single array (.npy); give an .npz of named arrays")
         try:
             with data:
                 provided = {k: data[k] for k in data.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ToolError(f"could not read inputs file '{path}' as .npz: {exc}") from None
+            raise UsageError(f"could not read inputs file '{path}' as .npz: {exc}") from None
     rng = np.random.default_rng(seed)
     values, used = [], set()
     arguments = func.input_args if func.name == "loop.schedule" else func.arguments
@@ -157,7 +157,7 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
                 break
         else:
             if not random_inputs:
-                raise ToolError(f"missing input {label} ({t}); give it in --inputs or use --random-inputs")
+                raise UsageError(f"missing input {label} ({t}); give it in --inputs or use --random-inputs")
             values.append(random_input(t, rng))
     for key in sorted(set(provided) - used):
         print(f"fusecc run: warning: '{key}' in '{path}' is not an argument of @{func.sym_name}; ignored", file=sys.stderr)
@@ -166,9 +166,9 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
 
 def check_input(array: np.ndarray, t, what: str) -> np.ndarray:
     if tuple(array.shape) != tuple(t.shape):
-        raise ToolError(f"{what} has shape {list(array.shape)}, but {t} needs {list(t.shape)}")
+        raise UsageError(f"{what} has shape {list(array.shape)}, but {t} needs {list(t.shape)}")
     if array.dtype.kind not in "biuf":
-        raise ToolError(f"{what} has dtype {array.dtype}, which cannot become {t.element_type}")
+        raise UsageError(f"{what} has dtype {array.dtype}, which cannot become {t.element_type}")
     return array
 
 
@@ -184,12 +184,12 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
         try:
             results = target.run(module, func.sym_name, inputs, engine)
         except InterpreterError as exc:
-            raise ToolError(str(exc)) from None
+            raise UsageError(str(exc)) from None
     if args.output:
         try:
             np.savez(args.output, **{f"result{i}": r for i, r in enumerate(results)})
         except OSError as exc:
-            raise ToolError(f"could not write '{args.output}': {exc.strerror}") from None
+            raise UsageError(f"could not write '{args.output}': {exc.strerror}") from None
     else:
         for i, r in enumerate(results):
             flat = np.asarray(r).reshape(-1)
@@ -204,11 +204,11 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
 def _reporting():
     """The fusion report module, or a plain error while it has not landed."""
     try:
-        return importlib.import_module("fusecc.passes.reporting")
+        return importlib.import_module("fusecc.driver.reporting")
     except ModuleNotFoundError as exc:
-        if exc.name != "fusecc.passes.reporting":
+        if exc.name != "fusecc.driver.reporting":
             raise
-        raise ToolError("fusion reports are not available yet (fusecc.passes.reporting is missing)") from None
+        raise UsageError("fusion reports are not available yet (fusecc.driver.reporting is missing)") from None
 
 
 def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
@@ -247,7 +247,7 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     module = load(args.input, engine)
     if args.show_source is not None:
         if args.measure or args.json:
-            raise ToolError("--show-source prints one kernel's source; run it without --measure and --json")
+            raise UsageError("--show-source prints one kernel's source; run it without --measure and --json")
         target = args.target or ("cpu" if args.level == "llvm" else "h200")
         level = args.level or ("llvm" if target == "cpu" else "cuda")
         with phase("the code generator"):
@@ -261,19 +261,19 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
 
 
 def _measured_report(args, module: Operation, engine: DiagnosticEngine) -> int:
-    from fusecc.runtime import measure
+    from fusecc.driver import measure
 
     if args.repeat < 1:
-        raise ToolError("--repeat must be at least 1")
+        raise UsageError("--repeat must be at least 1")
     if args.threads is not None and args.threads < 1:
-        raise ToolError("--threads must be at least 1")
+        raise UsageError("--threads must be at least 1")
     if is_loop_level(module):
-        raise ToolError("--measure compiles a tensor program twice (unfused and fused); this one is at the loop level already (run it with 'fusecc run')")
+        raise UsageError("--measure compiles a tensor program twice (unfused and fused); this one is at the loop level already (run it with 'fusecc run')")
     entry = entry_function(module, args.entry).sym_name
     try:
         data = measure.measure(module, entry, args.target or "cpu", args.repeat, args.seed, args.threads, engine)
     except measure.MeasurementUnavailable as exc:
-        raise ToolError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     write_output(None, json.dumps(data, indent=2) + "\n" if args.json else measure.format_measured_report(data, args.all_kernels))
     wrong = [label for label, v in data["measured"].items() if not v["agrees"]]
     if wrong:

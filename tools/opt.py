@@ -13,7 +13,7 @@ import argparse
 import contextlib
 import sys
 
-from fusecc.compiler.diagnostics import Diagnostic, DiagnosticEngine, DiagnosticError, SourceManager, render
+from fusecc.compiler.diagnostics import Diagnostic, DiagnosticEngine, DiagnosticError, SourceManager, UsageError, render
 from fusecc.compiler.parser import parse_module, split_input
 from fusecc.compiler.pass_manager import (
     IRPrinting,
@@ -27,8 +27,8 @@ from fusecc.compiler.pass_manager import (
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 
-from . import verify_diagnostics
-from .common import EXIT_USER_ERROR, ToolError, guarded_main, phase, read_source, write_output
+from fusecc.tools import verify_diagnostics
+from fusecc.tools.common import EXIT_USER_ERROR, guarded_main, phase, read_source, write_output
 
 TARGETS = ("h200", "a100", "cpu")
 
@@ -67,7 +67,7 @@ def _run(args, engine: DiagnosticEngine) -> int:
     try:
         pipeline = parse_pipeline(args.pipeline)
     except PipelineError as exc:
-        raise ToolError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     text, filename = read_source(args.input)
     engine.sources.add(filename, text)
     chunks = split_input(text) if args.split_input_file else [(text, 0)]
@@ -113,7 +113,7 @@ def _process_chunk(args, engine, pipeline, chunk, filename, offset, timing) -> t
         try:
             run_pipeline(pipeline, module, context, instrumentations, verify_each=not args.no_verify_each)
         except PipelineError as exc:
-            raise ToolError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         with _timed(timing, "Output"), phase("the printer"):
             output = print_op(module, generic=args.print_generic, debuginfo=args.print_debuginfo)
     except DiagnosticError as exc:

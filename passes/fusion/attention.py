@@ -23,8 +23,8 @@ from fusecc.compiler.ir import Block, Operation, Value, VerifyError
 from fusecc.compiler.traits import Contraction, Injective
 from fusecc.dialects import tensor as T
 
-from . import cost_model as cm
-from .partition import FORBID, FORCE, FusionLog, Partition, flag
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.partition import FORBID, FORCE, FusionLog, Partition, flag
 
 
 def _single_user(value: Value) -> Operation | None:

@@ -11,10 +11,10 @@ from fusecc.compiler.ir import Operation
 from fusecc.compiler.traits import ConstantLike, Contraction, Elementwise, Injective, Reduction
 from fusecc.dialects.fusion import GroupOp
 
-from . import cost_model as cm
-from .parts import horizontal_parts
-from .partition import PARTS, is_fusable
-from .reduction import RowSpace, row_space
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.parts import horizontal_parts
+from fusecc.passes.fusion.partition import PARTS, is_fusable
+from fusecc.passes.fusion.reduction import RowSpace, row_space
 
 
 def contract_problems(module: Operation) -> list[str]:

@@ -47,14 +47,14 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.types import TensorType
 from fusecc.passes.lowering import attention as attention_template
 from fusecc.passes.lowering import matmul as matmul_template
 from fusecc.passes.lowering.matmul import MAX_SPECIALISED_COPIES
-from fusecc.passes.lowering.tiling import ELEMENTS_PER_THREAD, TileConfig, choose_geometry, elements_per_thread
+from fusecc.passes.tiling.tile import ELEMENTS_PER_THREAD, TileConfig, choose_geometry, elements_per_thread
 
 # Per-element work, in "flops" (one add or multiply = 1). Ops not listed
 # cost 1 if Elementwise, 0 if Injective, 1 per input element if a Reduction.
@@ -477,7 +477,7 @@ def _kernel_bodies(group: Operation) -> list[tuple[str, _Body]]:
     free = {arg for arg, value in zip(group.body.args, group.operands) if is_free_input(value)}
     if kind != "horizontal":
         return [(kind, _Body(group.body_ops(), group.body.args, group.yield_op.operands, free))]
-    from .parts import horizontal_parts
+    from fusecc.passes.fusion.parts import horizontal_parts
 
     bodies = []
     for part_kind, ops in horizontal_parts(group):

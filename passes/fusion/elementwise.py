@@ -25,9 +25,9 @@ from __future__ import annotations
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.traits import Injective, Terminator
 
-from . import cost_model as cm
-from .matmul import admit_prologue
-from .partition import FORBID, Cluster, Partition, flag, is_elementwise_like
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.matmul import admit_prologue
+from fusecc.passes.fusion.partition import FORBID, Cluster, Partition, flag, is_elementwise_like
 
 # Producers up to this size are candidates for duplication; the cost model
 # decides whether the recomputation costs less than storing and reloading.

@@ -95,18 +95,18 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fusecc.compiler.diagnostics import error
-from fusecc.compiler.hardware import Hardware, hardware
+from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.dialects.fusion import GroupOp
 
-from .attention import plan_attention, raise_attention
-from .elementwise import plan_elementwise
-from .horizontal import plan_horizontal
-from .matmul import merge_prologues, plan_matmul
-from .partition import FusionLog, Partition, flatten_groups, materialize, value_names
-from .reduction import plan_reductions
-from .siblings import merge_sibling_matmuls
+from fusecc.passes.fusion.attention import plan_attention, raise_attention
+from fusecc.passes.fusion.elementwise import plan_elementwise
+from fusecc.passes.fusion.horizontal import plan_horizontal
+from fusecc.passes.fusion.matmul import merge_prologues, plan_matmul
+from fusecc.passes.fusion.partition import FusionLog, Partition, flatten_groups, materialize, value_names
+from fusecc.passes.fusion.reduction import plan_reductions
+from fusecc.passes.fusion.siblings import merge_sibling_matmuls
 
 PHASES = ("attention", "matmul", "reduction", "elementwise", "horizontal")
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from fusecc.compiler.traits import Contraction
 
-from . import cost_model as cm
-from .partition import FORBID, Cluster, Partition, flag
-from .reduction import row_space
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.partition import FORBID, Cluster, Partition, flag
+from fusecc.passes.fusion.reduction import row_space
 
 KINDS = ("elementwise", "reduction", "matmul", "attention")
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.traits import Contraction, Elementwise, Injective, Reduction
 
-from . import cost_model as cm
-from .partition import Cluster, Partition
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.partition import Cluster, Partition
 
 
 def matmul_of(cluster: Cluster) -> Operation:

@@ -26,13 +26,13 @@ from typing import Callable, Iterable
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import Location, fuse_locations
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Block, Operation, Region, Value
 from fusecc.compiler.printer import Printer
 from fusecc.compiler.traits import FUSION_CLASSES, ConstantLike, Elementwise, Injective, Terminator
 from fusecc.dialects.fusion import GroupOp, YieldOp
 
-from . import cost_model as cm
+from fusecc.passes.fusion import cost_model as cm
 
 # Kinds whose growth by an elementwise op changes only registers and op count.
 QUICK_KINDS = ("elementwise", "injective", "matmul")
@@ -551,7 +551,7 @@ def _build_group(partition: Partition, cluster: Cluster, group_id: int) -> Group
     body.append(terminator)
     attributes: dict[str, A.Attribute] = {"kind": A.StringAttr(cluster.kind), "id": A.IntegerAttr(group_id)}
     if cluster.kind == "horizontal":
-        from .parts import component_kinds
+        from fusecc.passes.fusion.parts import component_kinds
 
         attributes[PARTS] = A.ArrayAttr(tuple(A.StringAttr(k) for k in component_kinds(body)))
     group = GroupOp(list(arguments), [r.type for r in outputs], attributes, [Region([body])], fuse_locations(op.location for op in ops))

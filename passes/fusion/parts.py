@@ -13,7 +13,7 @@ from __future__ import annotations
 from fusecc.compiler.ir import Block, Operation
 from fusecc.compiler.traits import ConstantLike
 
-from .cost_model import infer_kind
+from fusecc.passes.fusion.cost_model import infer_kind
 
 
 def components(ops: list[Operation]) -> list[list[Operation]]:

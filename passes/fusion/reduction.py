@@ -25,8 +25,8 @@ from __future__ import annotations
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.traits import Elementwise, Injective, Reduction
 
-from . import cost_model as cm
-from .partition import Cluster, Partition
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.partition import Cluster, Partition
 
 
 def row_space(op: Operation) -> tuple[tuple[int, ...], int] | None:

@@ -28,8 +28,8 @@ from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.traits import Contraction, Elementwise, Terminator
 from fusecc.dialects import tensor as T
 
-from . import cost_model as cm
-from .partition import FORBID, FORCE, FusionLog, flag
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.partition import FORBID, FORCE, FusionLog, flag
 
 
 def _is_column(value: Value, width: int, rank: int) -> bool:

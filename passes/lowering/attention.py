@@ -46,19 +46,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
 from fusecc.compiler.types import MemRefType, broadcast_shapes, f32
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
-from .epilogue import Epilogue
-from .interface import Launch, LoweredGroup, template
-from .kernel_builder import ceil_div, next_pow2
-from .kernel_writer import KernelWriter
-from .matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, the_only, tile_attribute
-from .scalar_emitter import IndexMath, LoweringError, broadcast_index
+from fusecc.passes.lowering.epilogue import Epilogue
+from fusecc.passes.lowering.interface import Launch, LoweredGroup, template
+from fusecc.passes.lowering.kernel_builder import ceil_div, next_pow2
+from fusecc.passes.lowering.kernel_writer import KernelWriter
+from fusecc.passes.lowering.matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, the_only, tile_attribute
+from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.diagnostics import error
-from fusecc.compiler.hardware import Hardware, hardware
+from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.traits import Composite, Contraction, Elementwise, Injective, Reduction
@@ -42,9 +42,9 @@ from fusecc.dialects import loop
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp, YieldOp
 
-from .interface import TEMPLATES, ArgRef, LoweredGroup, memref_for
-from .scalar_emitter import LoweringError
-from .tiling import REGISTERS, SHARED_MEMORY
+from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, LoweredGroup, memref_for
+from fusecc.passes.lowering.scalar_emitter import LoweringError
+from fusecc.passes.tiling.tile import REGISTERS, SHARED_MEMORY
 
 # The tiler's estimates, kept on every kernel of the group (benchmarks/register_estimates.py
 # and `fusecc --resource-usage` set them beside ptxas's figures).

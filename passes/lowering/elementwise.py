@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
 
-from .kernel_builder import KernelBuilder, Part, ceil_div, product, threads
-from .scalar_emitter import ScalarEmitter
-from .tiling import TileConfig, elementwise_block
+from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, ceil_div, product, threads
+from fusecc.passes.lowering.scalar_emitter import ScalarEmitter
+from fusecc.passes.tiling.tile import TileConfig, elementwise_block
 
 Output = tuple[Value, Value]  # (group value, buffer to store it in)
 

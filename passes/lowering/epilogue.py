@@ -24,8 +24,8 @@ from fusecc.compiler.ir import Operation, Value
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
-from .kernel_writer import GuardedEmitter
-from .scalar_emitter import SCALAR_FORMULAS, Index, IndexMath, LoweringError, reshape_index
+from fusecc.passes.lowering.kernel_writer import GuardedEmitter
+from fusecc.passes.lowering.scalar_emitter import SCALAR_FORMULAS, Index, IndexMath, LoweringError, reshape_index
 
 
 def forward_index(op: Operation, idx: list[Value], im: IndexMath) -> list[Value]:

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.dialects.fusion import GroupOp, YieldOp
 
-from .elementwise import Output, elementwise_parts
-from .interface import TEMPLATES, ArgRef, Launch, LoweredGroup, group_io_kernel, input_buffers, output_buffers, template
-from .kernel_builder import KernelBuilder, Part, build_kernel
-from .reduction import NotRowLocal, row_part, row_plan
-from .reduction_analysis import analyse_ops
-from .tiling import Overrides, TileConfig, analysis_geometry, elementwise_block, rows_config, tile_config
+from fusecc.passes.lowering.elementwise import Output, elementwise_parts
+from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, Launch, LoweredGroup, group_io_kernel, input_buffers, output_buffers, template
+from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, build_kernel
+from fusecc.passes.lowering.reduction import NotRowLocal, row_part, row_plan
+from fusecc.passes.lowering.reduction_analysis import analyse_ops
+from fusecc.passes.tiling.tile import Overrides, TileConfig, analysis_geometry, elementwise_block, rows_config, tile_config
 
 FOREIGN = {"tensor.matmul": "matmul", "tensor.attention": "attention"}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, TensorType
 from fusecc.dialects.fusion import GroupOp

@@ -49,13 +49,13 @@ from typing import Callable, Sequence
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
 from fusecc.compiler.traits import Pure
 from fusecc.compiler.types import MemRefType, ScalarType, f32, i1, index
 from fusecc.dialects import arith, loop
 
-from .scalar_emitter import IndexMath, ScalarEmitter, Scalars, _number_attr, visible_here
+from fusecc.passes.lowering.scalar_emitter import IndexMath, ScalarEmitter, Scalars, _number_attr, visible_here
 
 IndexLike = Value | int
 

@@ -18,16 +18,16 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from fusecc.compiler.builder import Builder
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
 from fusecc.compiler.types import MemRefType, f32
 from fusecc.dialects import arith, loop
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
-from .interface import group_io_kernel, input_buffers, output_buffers
-from .kernel_builder import KernelBuilder, ceil_div, prune
-from .scalar_emitter import Index, IndexMath, ScalarEmitter
+from fusecc.passes.lowering.interface import group_io_kernel, input_buffers, output_buffers
+from fusecc.passes.lowering.kernel_builder import KernelBuilder, ceil_div, prune
+from fusecc.passes.lowering.scalar_emitter import Index, IndexMath, ScalarEmitter
 
 
 class GuardedEmitter(ScalarEmitter):

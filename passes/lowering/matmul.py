@@ -59,18 +59,18 @@ import functools
 import math
 from dataclasses import dataclass
 
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, broadcast_shapes
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
-from .epilogue import Epilogue
-from .interface import Launch, LoweredGroup, kernel_name, template
-from .kernel_builder import Part, ceil_div, compute_type, dispatch, next_pow2
-from .kernel_writer import KernelWriter
-from .scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
+from fusecc.passes.lowering.epilogue import Epilogue
+from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
+from fusecc.passes.lowering.kernel_builder import Part, ceil_div, compute_type, dispatch, next_pow2
+from fusecc.passes.lowering.kernel_writer import KernelWriter
+from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
 
 
 # --------------------------------------------------------------------------- the problem

@@ -59,18 +59,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
 from fusecc.compiler.types import MemRefType, ScalarType, f32, i1
 from fusecc.dialects import arith, loop
 from fusecc.dialects.fusion import GroupOp
 
-from .elementwise import Output, compute_and_store, elementwise_parts
-from .interface import ArgRef, Launch, LoweredGroup, group_io_kernel, input_buffers, kernel_name, memref_for, output_buffers, template
-from .kernel_builder import KernelBuilder, Part, build_kernel, ceil_div, product, threads
-from .reduction_analysis import Analysis, Stat, analyse, bind_nodes
-from .scalar_emitter import LoweringError, ScalarEmitter
-from .tiling import TileConfig, tile_config
+from fusecc.passes.lowering.elementwise import Output, compute_and_store, elementwise_parts
+from fusecc.passes.lowering.interface import ArgRef, Launch, LoweredGroup, group_io_kernel, input_buffers, kernel_name, memref_for, output_buffers, template
+from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, build_kernel, ceil_div, product, threads
+from fusecc.passes.lowering.reduction_analysis import Analysis, Stat, analyse, bind_nodes
+from fusecc.passes.lowering.scalar_emitter import LoweringError, ScalarEmitter
+from fusecc.passes.tiling.tile import TileConfig, tile_config
 
 VECTOR = 16  # CPU lanes of one register of f32 (a zmm register)
 PARTIALS = 64  # CPU lanes of partial results at most: four registers, four independent chains

@@ -45,8 +45,8 @@ from fusecc.dialects import math as m
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
-from .kernel_builder import KernelBuilder, compute_type
-from .scalar_emitter import LoweringError, ScalarEmitter, broadcast_index, is_elementwise_computable
+from fusecc.passes.lowering.kernel_builder import KernelBuilder, compute_type
+from fusecc.passes.lowering.scalar_emitter import LoweringError, ScalarEmitter, broadcast_index, is_elementwise_computable
 
 Index = list[Value]
 

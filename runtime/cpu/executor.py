@@ -24,11 +24,11 @@ import numpy as np
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, f64
 from fusecc.dialects import loop
-from fusecc.passes.emit_llvm import KernelABI, emit_llvm, written_arguments
+from fusecc.passes.backends.llvm.emit import KernelABI, emit_llvm, written_arguments
 from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffer
 from fusecc.runtime.reference import InterpreterError
 
-from . import jit
+from fusecc.runtime.cpu import jit
 
 # Below this many scalar operations (the loop IR's, per element) a launch
 # runs on the calling thread: handing a piece to another thread costs 20-70

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg
+from fusecc.passes.backends.cuda.manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg
 
 ALIGNMENT = 256
 
@@ -45,7 +45,7 @@ def storage_dtype(dtype: str) -> np.dtype:
 def to_device_layout(array: Any, dtype: str) -> np.ndarray:
     """A host value as the contiguous array the kernels read."""
     if dtype == "bf16":
-        from .cpu_harness.loader import bf16_bits
+        from fusecc.runtime.cuda.cpu_harness.loader import bf16_bits
 
         return np.ascontiguousarray(bf16_bits(array))
     return np.ascontiguousarray(np.asarray(array).astype(storage_dtype(dtype), copy=False))
@@ -102,7 +102,7 @@ def gather_inputs(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any])
 
 def scalar_value(arg: ScalarArg):
     if arg.dtype == "bf16":
-        from .cpu_harness.loader import bf16_bits
+        from fusecc.runtime.cuda.cpu_harness.loader import bf16_bits
 
         return np.uint16(bf16_bits(np.float32(arg.value)))
     return storage_dtype(arg.dtype).type(arg.value)
@@ -138,7 +138,7 @@ def run_on_cpu(
     workers: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Compile `source` for the CPU harness and run the manifest's launches in order."""
-    from .cpu_harness import CpuModule
+    from fusecc.runtime.cuda.cpu_harness import CpuModule
 
     host_inputs = gather_inputs(manifest, inputs)
     module = CpuModule.compile(source, manifest.source, cache_dir=cache_dir)

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .source import INCLUDE_DIR, PRELUDE_NAME, CudaCompileError, kernel_names
+from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME, CudaCompileError, kernel_names
 
 _ARCH = re.compile(r"sm_(\d+)[a-z]?$")
 

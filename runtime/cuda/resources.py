@@ -18,8 +18,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from .nvrtc import NvrtcOptions, compile_cuda
-from .source import kernel_names
+from fusecc.runtime.cuda.nvrtc import NvrtcOptions, compile_cuda
+from fusecc.passes.backends.cuda.source import kernel_names
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
 _PROPERTIES = re.compile(r"Function properties for (\S+)")

@@ -26,10 +26,10 @@ import numpy as np
 
 from fusecc.runtime import cache
 
-from .execute import Bound, from_device_layout, gather_inputs, plan_memory, to_device_layout
-from .manifest import Manifest
-from .nvrtc import NvrtcOptions, compile_cuda, nvrtc_version
-from .source import INCLUDE_DIR, PRELUDE_NAME
+from fusecc.runtime.cuda.execute import Bound, from_device_layout, gather_inputs, plan_memory, to_device_layout
+from fusecc.passes.backends.cuda.manifest import Manifest
+from fusecc.runtime.cuda.nvrtc import NvrtcOptions, compile_cuda, nvrtc_version
+from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME
 
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in
 

@@ -20,7 +20,7 @@ for name in ("HOME", "TMPDIR", "PYTHONPATH", "FUSECC_CACHE_DIR"):
 # loops (and LLVM IR) run once those passes are registered.
 try:
     from fusecc.compiler.pass_manager import parse_pipeline
-    from fusecc.passes.pipelines import pipeline_for_level
+    from fusecc.driver.pipelines import pipeline_for_level
 
     parse_pipeline(pipeline_for_level("loop", target="cpu"))
     config.available_features.add("loop-pipeline")

@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from fusecc.passes import emit_cuda
+from fusecc.passes.backends.cuda import emit as emit_cuda
 from fusecc.tools.fusecc import main
 
 PROGRAMS = pathlib.Path(__file__).parents[1] / "filecheck" / "passes" / "emit_cuda"
@@ -17,7 +17,7 @@ BLOCK_STRUCTURE = str(PROGRAMS / "block_structure.ir")
 
 
 def test_output_file_gets_a_manifest_beside_it(tmp_path, capsys):
-    manifest_module = pytest.importorskip("fusecc.runtime.cuda.manifest")
+    manifest_module = pytest.importorskip("fusecc.passes.backends.cuda.manifest")
     out = tmp_path / "model.cu"
     assert main([BLOCK_STRUCTURE, "-o", str(out), "--arch", "sm_80"]) == 0
     assert capsys.readouterr().out == ""
@@ -47,7 +47,7 @@ def test_emit_loop_prints_loop_ir_of_a_loop_level_input(capsys):
 
 
 def test_dynamic_shared_memory_is_in_the_launch(tmp_path):
-    manifest_module = pytest.importorskip("fusecc.runtime.cuda.manifest")
+    manifest_module = pytest.importorskip("fusecc.passes.backends.cuda.manifest")
     assert main([str(PROGRAMS / "dynamic_shared.ir"), "-o", str(tmp_path / "k.cu")]) == 0
     (launch,) = manifest_module.Manifest.from_json((tmp_path / "k.json").read_text()).launches
     assert launch.shared_bytes == 128 * 128 * 4 + 2049 * 4
@@ -94,7 +94,7 @@ def test_an_unwritable_output_names_the_source_file_first(tmp_path, capsys):
 
 
 def test_manifest_arguments_cover_arena_views_and_copies(tmp_path):
-    pytest.importorskip("fusecc.runtime.cuda.manifest")
+    pytest.importorskip("fusecc.passes.backends.cuda.manifest")
     assert main([str(PROGRAMS / "arena_and_copy.ir"), "-o", str(tmp_path / "k.cu")]) == 0
     document = json.loads((tmp_path / "k.json").read_text())
     assert document["arena_bytes"] == 2048
@@ -108,7 +108,7 @@ def test_manifest_arguments_cover_arena_views_and_copies(tmp_path):
 
 def _program_inputs(module):
     from fusecc.compiler.types import TensorType
-    from fusecc.passes.cuda_level import entry_schedule
+    from fusecc.driver.cuda_level import entry_schedule
     from fusecc.runtime.reference import random_input
 
     rng = np.random.default_rng(3)
@@ -126,7 +126,7 @@ def _load(path):
 def test_compile_program_gives_what_the_cuda_target_launches(cuda_cache_dir):
     """`fusecc run --target cuda` runs compile_program's (source, manifest);
     here the CPU harness runs it in the GPU's place."""
-    from fusecc.passes.cuda_level import compile_program
+    from fusecc.driver.cuda_level import compile_program
     from fusecc.runtime.cuda.execute import run_on_cpu
     from fusecc.runtime.loop_interpreter import run_schedule
 
@@ -143,7 +143,7 @@ def test_compile_program_gives_what_the_cuda_target_launches(cuda_cache_dir):
 def test_the_cuda_target_runs_emitted_kernels_on_a_gpu():
     from fusecc.compiler.diagnostics import DiagnosticEngine
     from fusecc.runtime.cuda.runtime import gpu_unavailable_reason
-    from fusecc.runtime.cuda.target import CudaTarget
+    from fusecc.driver.cuda_target import CudaTarget
     from fusecc.runtime.loop_interpreter import run_schedule
 
     reason = gpu_unavailable_reason()

@@ -17,8 +17,8 @@ from hypothesis import given, strategies as st
 
 from fusecc.compiler import parse_module, verify
 from fusecc.compiler.types import TensorType, f32, f64
-from fusecc.passes.cuda_level import build_manifest, entry_schedule
-from fusecc.passes.emit_cuda import EmitError, c_identifier, emit_cuda, float_literal
+from fusecc.driver.cuda_level import build_manifest, entry_schedule
+from fusecc.passes.backends.cuda.emit import EmitError, c_identifier, emit_cuda, float_literal
 from fusecc.runtime.loop_interpreter import run_schedule
 from fusecc.runtime.reference import random_input
 

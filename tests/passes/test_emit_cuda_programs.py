@@ -25,9 +25,9 @@ from program_gen import random_program
 from fusecc.compiler import parse_module, print_op, verify
 from fusecc.compiler.diagnostics import InternalCompilerError
 from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
-from fusecc.passes.cuda_level import build_manifest, entry_schedule
-from fusecc.passes.emit_cuda import emit_cuda
-from fusecc.passes.pipelines import pipeline_for_level
+from fusecc.driver.cuda_level import build_manifest, entry_schedule
+from fusecc.passes.backends.cuda.emit import emit_cuda
+from fusecc.driver.pipelines import pipeline_for_level
 from fusecc.runtime.cuda.execute import run_on_cpu
 from fusecc.runtime.cuda.nvrtc import compile_cuda
 from fusecc.runtime.cuda.resources import resource_usage

@@ -8,7 +8,7 @@ import pathlib
 
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.parser import parse_module
-from fusecc.passes import reporting
+from fusecc.driver import reporting
 from fusecc.tools import fusecc
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fusecc.compiler.parser import parse_module
-from fusecc.runtime import targets
+from fusecc.driver import targets
 from fusecc.runtime.reference import evaluate
 from fusecc.tools import fusecc as driver
 from fusecc.tools import opt

@@ -32,7 +32,7 @@ import numpy as np
 
 from fusecc.runtime import cache
 
-from ..source import INCLUDE_DIR, PRELUDE_NAME, CudaCompileError, kernel_names
+from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME, CudaCompileError, kernel_names
 
 HEADER = Path(__file__).with_name("cuda_cpu.h")
 CXX_FLAGS = ("-O2", "-std=c++20", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing")

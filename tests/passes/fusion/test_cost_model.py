@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-from fusecc.compiler.hardware import A100, CPU, H200
+from fusecc.passes.backends.hardware import A100, CPU, H200
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.types import f32
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import fuse_module
 from fusecc.passes.lowering.attention import AttentionProblem, choose_cpu_attention_tiles, choose_gpu_attention_tiles, cpu_attention_resources
 from fusecc.passes.lowering.matmul import MatmulProblem, choose_gpu_matmul_tiles, gpu_matmul_resources
-from fusecc.passes.lowering.tiling import choose_tiles
+from fusecc.passes.tiling.tile import choose_tiles
 
 LINEAR_RELU = """
 func.func @f(%x: tensor<128x256xf32>, %w: tensor<256x512xf32>, %b: tensor<512xf32>) -> tensor<128x512xf32> {

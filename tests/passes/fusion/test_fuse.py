@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fusecc.compiler.diagnostics import DiagnosticError
-from fusecc.compiler.hardware import hardware
+from fusecc.passes.backends.hardware import hardware
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op

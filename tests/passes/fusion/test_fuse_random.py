@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fusecc.compiler.hardware import HARDWARE, H200
+from fusecc.passes.backends.hardware import HARDWARE, H200
 from fusecc.compiler.verifier import verify
 from fusecc.passes.fusion.contract import contract_problems
 from fusecc.passes.fusion.fuse import fuse_module

@@ -26,7 +26,7 @@ from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeli
 from fusecc.dialects import func as F
 from fusecc.dialects import loop
 from fusecc.dialects.fusion import GroupOp, YieldOp
-from fusecc.passes.lowering.memory_check import check_module
+from fusecc.passes.memory.check import check_module
 from fusecc.runtime.loop_interpreter import run_schedule
 from fusecc.runtime.reference import evaluate, random_input
 

@@ -9,7 +9,7 @@ import numpy as np
 from fusecc.compiler import attributes as A
 from fusecc.compiler import parse_module, print_op, verify
 from fusecc.compiler.builder import Builder, InsertionPoint
-from fusecc.compiler.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Block, Region
 from fusecc.compiler.types import FunctionType, MemRefType, TensorType
 from fusecc.dialects import builtin, func, fusion, loop

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from template_harness import group_module, lower_group
 
-from fusecc.compiler.hardware import H200
+from fusecc.passes.backends.hardware import H200
 from fusecc.compiler.types import TensorType, f16, f32
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.lowering.attention import AttentionProblem, attention_tiles, gpu_attention_resources
 from fusecc.passes.lowering.matmul import MatmulProblem, gpu_matmul_resources, gpu_matmul_tiles
-from fusecc.passes import cuda_level
-from fusecc.passes.emit_cuda import emit_cuda
+from fusecc.driver import cuda_level
+from fusecc.passes.backends.cuda.emit import emit_cuda
 from fusecc.runtime.cuda import execute, resources
 from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
 from fusecc.runtime.cuda.nvrtc import NvrtcUnavailable

@@ -133,7 +133,7 @@ def test_unknown_target_is_an_error():
 
 
 def test_emit_levels_run_tiling_lowering_and_planning():
-    from fusecc.passes.pipelines import pipeline_for_level
+    from fusecc.driver.pipelines import pipeline_for_level
 
     assert pipeline_for_level("tiled", "cpu").endswith("fuse{target=cpu},tile{target=cpu}")
     assert pipeline_for_level("loop", "a100").endswith("tile{target=a100},lower-to-loops{target=a100},plan-memory")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from template_harness import assert_lowering_matches, group_module, lower_group
 
-from fusecc.compiler.hardware import CPU, H200
+from fusecc.passes.backends.hardware import CPU, H200
 from fusecc.compiler.types import TensorType, f16, f32, i32
 from fusecc.dialects import tensor as T
 from fusecc.passes.lowering.matmul import (

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from fusecc.compiler import parse_module, print_op, verify
 from fusecc.compiler.pass_manager import parse_pipeline, run_pipeline
 from fusecc.dialects import loop
-from fusecc.passes.lowering.memory_check import check_plan
-from fusecc.passes.lowering.memory_plan import FreeList, in_place_pairs, plan_schedule
+from fusecc.passes.memory.check import check_plan
+from fusecc.passes.memory.plan import FreeList, in_place_pairs, plan_schedule
 from fusecc.runtime.loop_interpreter import run_schedule
 
 # --------------------------------------------------------------------------- in place

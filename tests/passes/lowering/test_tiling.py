@@ -6,12 +6,12 @@ import pytest
 from harness import parse
 
 from fusecc.compiler.diagnostics import DiagnosticError
-from fusecc.compiler.hardware import A100, CPU, H200
+from fusecc.passes.backends.hardware import A100, CPU, H200
 from fusecc.compiler.pass_manager import parse_pipeline, run_pipeline
 from fusecc.dialects.fusion import GroupOp
 from fusecc.compiler.types import f32
 from fusecc.passes.lowering.matmul import GpuMatmulTiles, gpu_matmul_resources
-from fusecc.passes.lowering.tiling import Overrides, TileConfig, choose_tiles, limit_problem, read_attributes, tile_config
+from fusecc.passes.tiling.tile import Overrides, TileConfig, choose_tiles, limit_problem, read_attributes, tile_config
 
 
 def group_of(text: str) -> GroupOp:

@@ -395,7 +395,7 @@ def test_llvm_vectoriser_mode_gives_the_same_numbers(rng, vectorize):
 
 def test_gpu_kernels_are_rejected():
     from fusecc.compiler import DiagnosticError
-    from fusecc.passes.emit_llvm import emit_llvm
+    from fusecc.passes.backends.llvm.emit import emit_llvm
 
     t = memref(32, f32)
     w = Writer()

@@ -24,8 +24,8 @@ import pytest
 
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.parser import parse_module, split_input
-from fusecc.runtime import targets
-from fusecc.runtime.cpu.target import CpuTarget
+from fusecc.driver import targets
+from fusecc.driver.cpu_target import CpuTarget
 from fusecc.runtime.reference import InterpreterError, evaluate
 from numerics import function_inputs
 
@@ -117,7 +117,7 @@ def test_fusecc_run_on_the_cpu_agrees_with_the_reference_on_the_encoder_block(tm
 
 
 def test_fusecc_run_defaults_to_the_cpu_without_a_gpu(monkeypatch, tmp_path, capsys):
-    from fusecc.runtime.cuda.target import CudaTarget
+    from fusecc.driver.cuda_target import CudaTarget
     from fusecc.tools import fusecc as driver
 
     monkeypatch.setattr(CudaTarget, "available", lambda self: "no GPU in this test")

@@ -1,4 +1,4 @@
-"""The math expansions (passes/llvm_math.py) over dense grids of f32 inputs.
+"""The math expansions (passes/backends/llvm/math_functions.py) over dense grids of f32 inputs.
 
 exp on an AVX-512 host scales by 2^n with one `vscalefps`; the portable
 expansion multiplies by two powers of two. Both round y * 2^n once, so

@@ -15,9 +15,9 @@ from fusecc.compiler import parse_module, verify
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.runtime.cpu import compile_program
-from fusecc.runtime.cpu.target import CpuTarget, loop_pipeline
+from fusecc.driver.cpu_target import CpuTarget, loop_pipeline
 from fusecc.runtime.loop_interpreter import run_schedule
-from fusecc.runtime.measure import PROGRAM_RTOL
+from fusecc.driver.measure import PROGRAM_RTOL
 from fusecc.runtime.reference import evaluate, random_model_input
 
 from cpu_tolerance import assert_kernel_close

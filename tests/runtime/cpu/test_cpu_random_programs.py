@@ -13,7 +13,7 @@ from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.parser import parse_module
 from fusecc.runtime.cpu import compile_program
-from fusecc.runtime.cpu.target import CpuTarget, loop_pipeline
+from fusecc.driver.cpu_target import CpuTarget, loop_pipeline
 from fusecc.runtime.loop_interpreter import run_schedule
 from fusecc.runtime.reference import InterpreterError, evaluate
 

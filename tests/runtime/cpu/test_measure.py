@@ -1,4 +1,4 @@
-"""`fusecc report --measure` (runtime/measure.py): the program compiled
+"""`fusecc report --measure` (driver/measure.py): the program compiled
 unfused and fused for the CPU, run on the same inputs, checked against the
 reference interpreter. Structure and figures that do not depend on the
 clock are asserted; timings never are. The golden of the text report is
@@ -13,8 +13,8 @@ import pytest
 
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.parser import parse_module
-from fusecc.passes import reporting
-from fusecc.runtime import measure
+from fusecc.driver import reporting
+from fusecc.driver import measure
 from fusecc.runtime.reference import evaluate
 from fusecc.tools import fusecc as driver
 

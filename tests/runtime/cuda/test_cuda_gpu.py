@@ -35,7 +35,7 @@ def test_cuda_target_without_a_usable_gpu_points_to_the_cpu(tmp_path, capsys):
 
 @pytest.mark.cuda
 def test_gpu_runs_the_triple_with_and_without_a_graph(cuda_source, tmp_path):
-    from fusecc.runtime.cuda.manifest import Launch, Manifest, ScalarArg, TensorArg, TensorSpec
+    from fusecc.passes.backends.cuda.manifest import Launch, Manifest, ScalarArg, TensorArg, TensorSpec
     from fusecc.runtime.cuda.runtime import CudaRuntime
 
     rows, cols, block = 64, 1000, 256
@@ -115,7 +115,7 @@ def test_examples_match_the_reference_on_the_gpu(example):
     move the last bits; sums of up to 3072 products, so 1e-4 normwise)."""
     from fusecc.compiler import parse_module, verify
     from fusecc.compiler.diagnostics import DiagnosticEngine
-    from fusecc.runtime.cuda.target import CudaTarget
+    from fusecc.driver.cuda_target import CudaTarget
     from fusecc.runtime.reference import evaluate, random_model_input
 
     text = example.read_text()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fusecc.runtime.cuda.execute import ExecutionError, plan_memory, run_on_cpu
-from fusecc.runtime.cuda.manifest import ArenaArg, Launch, Manifest, ManifestError, ScalarArg, TensorArg, TensorSpec
+from fusecc.passes.backends.cuda.manifest import ArenaArg, Launch, Manifest, ManifestError, ScalarArg, TensorArg, TensorSpec
 from fusecc.runtime.reference import round_bf16
 
 ROWS, COLS = 6, 50

@@ -23,7 +23,7 @@ class Level:
 
 
 def _cuda_level(module, args) -> tuple[str, dict[str, str]]:
-    from fusecc.passes.cuda_level import cuda_level_outputs
+    from fusecc.driver.cuda_level import cuda_level_outputs
 
     return cuda_level_outputs(module, args)
 
@@ -35,7 +35,7 @@ def is_loop_level(module) -> bool:
 
 
 def _emit_llvm(module, args) -> tuple[str, dict[str, str]]:
-    from fusecc.passes.emit_llvm import emit_llvm_text
+    from fusecc.passes.backends.llvm.emit import emit_llvm_text
 
     return emit_llvm_text(module, args), {}
 

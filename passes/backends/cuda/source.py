@@ -7,7 +7,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-INCLUDE_DIR = Path(__file__).parent / "include"
+INCLUDE_DIR = Path(__file__).parent  # the prelude sits beside the emitter that includes it
 PRELUDE_NAME = "fusecc_cuda.cuh"
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)

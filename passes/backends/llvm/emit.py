@@ -42,13 +42,13 @@ from typing import Collection
 import numpy as np
 
 from fusecc.compiler.diagnostics import error
-from fusecc.compiler.hardware import CPU, Hardware
+from fusecc.passes.backends.hardware import CPU, Hardware
 from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f64, i1, index
 from fusecc.dialects import loop
 from fusecc.runtime.reference import round_bf16
 
-from . import llvm_math
+from fusecc.passes.backends.llvm import math_functions as llvm_math
 
 VECTORIZE_MODES = ("explicit", "llvm")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 
 from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
-from fusecc.passes.pipelines import pipeline_for_level
-from fusecc.runtime.targets import Target
+from fusecc.driver.pipelines import pipeline_for_level
+from fusecc.driver.targets import Target
 
 NO_LLVMLITE = "target 'cpu' needs llvmlite (pip install llvmlite)"
 
@@ -28,7 +28,7 @@ class CpuTarget(Target):
         return None
 
     def run(self, module, entry, inputs, engine):
-        from .executor import compile_program
+        from fusecc.runtime.cpu.executor import compile_program
 
         run_pipeline(loop_pipeline(), module, PassContext(diagnostics=engine, target="cpu"))
         return compile_program(module).run(inputs, entry)
@@ -43,6 +43,6 @@ class LoopLevelCpuTarget(Target):
         return NO_LLVMLITE if importlib.util.find_spec("llvmlite") is None else None
 
     def run(self, module, entry, inputs, engine):
-        from .executor import compile_program
+        from fusecc.runtime.cpu.executor import compile_program
 
         return compile_program(module).run(inputs, entry)

@@ -7,9 +7,9 @@ Without a usable GPU it says so plainly and points to `--target cpu`;
 
 from __future__ import annotations
 
-from fusecc.runtime.targets import Target
+from fusecc.driver.targets import Target
 
-from .runtime import gpu_unavailable_reason
+from fusecc.runtime.cuda.runtime import gpu_unavailable_reason
 
 
 class CudaTarget(Target):
@@ -19,7 +19,7 @@ class CudaTarget(Target):
         reason = gpu_unavailable_reason()
         if reason is not None:
             return f"target 'cuda' cannot run here: {reason}; use --target cpu to run on the CPU"
-        from fusecc.passes.pipelines import EMIT_LEVELS
+        from fusecc.driver.pipelines import EMIT_LEVELS
 
         if EMIT_LEVELS["cuda"].emitter is None:
             return "target 'cuda': the CUDA C emitter has not landed yet; use --target cpu (or --target reference)"
@@ -27,9 +27,9 @@ class CudaTarget(Target):
 
     def run(self, module, entry, inputs, engine):
         from fusecc.compiler.pass_manager import PassContext
-        from fusecc.passes.cuda_level import ARCH_HARDWARE, compile_program
+        from fusecc.driver.cuda_level import ARCH_HARDWARE, compile_program
 
-        from .runtime import CudaRuntime
+        from fusecc.runtime.cuda.runtime import CudaRuntime
 
         runtime = CudaRuntime()
         context = PassContext(diagnostics=engine, target=ARCH_HARDWARE.get(runtime.arch, "h200"))

@@ -2,12 +2,12 @@
 
     fusecc model.ir -o kernels.cu [--arch sm_80|sm_90] [--resource-usage]
 
-writes the CUDA C of every kernel (passes/emit_cuda.py) and, beside it,
+writes the CUDA C of every kernel (passes/backends/cuda/emit.py) and, beside it,
 `kernels.json` (named after the .cu file: `model.cu` -> `model.json`): the
 launch sequence of the entry schedule, each launch's grid, block, dynamic
 shared memory and arguments (program inputs and outputs by name, arena
 temporaries by byte offset, scalars by value), and the arena's size — the
-schema of runtime/cuda/manifest.py (docs/cuda-manifest.md). A host-side
+schema of passes/backends/cuda/manifest.py (docs/cuda-manifest.md). A host-side
 `loop.copy` becomes a launch of a copy kernel, so the runtime only launches.
 
 The source goes through NVRTC's front end for `--arch` before it is written
@@ -28,7 +28,7 @@ from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, index
 from fusecc.dialects import loop
 
-from .emit_cuda import COPY_KERNEL_BLOCK, CudaSource, EmitError, Place, buffer_places, copy_kernel_name, emit_cuda
+from fusecc.passes.backends.cuda.emit import COPY_KERNEL_BLOCK, CudaSource, EmitError, Place, buffer_places, copy_kernel_name, emit_cuda
 
 PHASE = "emit-cuda"
 
@@ -51,7 +51,7 @@ def entry_schedule(module: Operation, entry: str | None = None) -> loop.Schedule
 
 def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kernels.cu", arch: str | None = None, entry: str | None = None):
     """The launch manifest of `module`'s entry schedule for the emitted `cuda`."""
-    from fusecc.runtime.cuda.manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg, TensorSpec
+    from fusecc.passes.backends.cuda.manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg, TensorSpec
 
     schedule = entry_schedule(module, entry)
     places = buffer_places(schedule)
@@ -139,9 +139,9 @@ def compile_checked(cuda: CudaSource, filename: str, arch: str, resource_usage: 
         nvrtc_version()
     except (ImportError, NvrtcUnavailable) as exc:
         if resource_usage:
-            from fusecc.tools.common import ToolError
+            from fusecc.compiler.diagnostics import UsageError
 
-            raise ToolError(f"--resource-usage needs NVRTC: {exc}") from None
+            raise UsageError(f"--resource-usage needs NVRTC: {exc}") from None
         return None
     try:
         if resource_usage:
@@ -162,16 +162,16 @@ def lower_to_cuda(module: Operation, arch: str = "sm_90", context=None, filename
     """The CUDA C of `module` tiled for a GPU of `arch`: the CUDA pipeline
     first (fuse, tile, lower, plan) unless the module is loop IR already."""
     from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
-    from fusecc.passes.pipelines import is_loop_level, pipeline_for_level
+    from fusecc.driver.pipelines import is_loop_level, pipeline_for_level
 
     if not is_loop_level(module):
         target = ARCH_HARDWARE.get(arch, "h200")
         try:
             pipeline = parse_pipeline(pipeline_for_level("cuda", target=target, arch=arch))
         except PipelineError as exc:
-            from fusecc.tools.common import ToolError
+            from fusecc.compiler.diagnostics import UsageError
 
-            raise ToolError(f"target 'cuda': the lowering to loops is not available yet ({exc})") from None
+            raise UsageError(f"target 'cuda': the lowering to loops is not available yet ({exc})") from None
         run_pipeline(pipeline, module, context or PassContext(target=target))
     try:
         return emit_cuda(module, filename)

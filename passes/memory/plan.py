@@ -29,7 +29,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.hardware import CPU, H200
+from fusecc.passes.backends.hardware import CPU, H200
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.dialects import loop

@@ -33,7 +33,7 @@ class ReferenceTarget(Target):
     name = "reference"
 
     def run(self, module, entry, inputs, engine):
-        from .reference import evaluate
+        from fusecc.runtime.reference import evaluate
 
         return evaluate(module, entry, inputs)
 
@@ -49,13 +49,13 @@ class PlannedTarget(Target):
 
 
 def _cuda_target() -> Target:
-    from .cuda.target import CudaTarget
+    from fusecc.driver.cuda_target import CudaTarget
 
     return CudaTarget()
 
 
 def _cpu_target() -> Target:
-    from .cpu.target import CpuTarget
+    from fusecc.driver.cpu_target import CpuTarget
 
     return CpuTarget()
 
@@ -81,32 +81,32 @@ def default_target_name() -> str:
 
 
 def get(name: str | None) -> Target:
-    from fusecc.tools.common import ToolError
+    from fusecc.compiler.diagnostics import UsageError
 
     name = name or default_target_name()
     factory = _TARGETS.get(name)
     if factory is None:
-        raise ToolError(f"unknown target '{name}'; choose one of {', '.join(_TARGETS)}")
+        raise UsageError(f"unknown target '{name}'; choose one of {', '.join(_TARGETS)}")
     target = factory()
     problem = target.available()
     if problem:
-        raise ToolError(problem)
+        raise UsageError(problem)
     return target
 
 
 def get_loop_level(name: str | None = None) -> Target:
     """The target for an already-lowered (loop-level) program: the CPU
     unless another is asked for (cuda runs GPU-mapped loop IR)."""
-    from fusecc.tools.common import ToolError
+    from fusecc.compiler.diagnostics import UsageError
 
     if name == "reference":
-        raise ToolError("the reference interpreter runs tensor programs; run loop-level programs with --target cpu (or cuda)")
+        raise UsageError("the reference interpreter runs tensor programs; run loop-level programs with --target cpu (or cuda)")
     if name not in (None, "cpu"):
         return get(name)
-    from .cpu.target import LoopLevelCpuTarget
+    from fusecc.driver.cpu_target import LoopLevelCpuTarget
 
     target = LoopLevelCpuTarget()
     problem = target.available()
     if problem:
-        raise ToolError(problem)
+        raise UsageError(problem)
     return target

@@ -23,7 +23,7 @@ What each figure is:
   per step the median of the runtime's per-launch profile;
 * achieved GB/s: bytes moved / step time.
 
-The modelled figures beside them are `passes/reporting.py`'s, from the cost
+The modelled figures beside them are `driver/reporting.py`'s, from the cost
 model of the same target, on the very groups that were compiled.
 
 Targets: measuring needs a runtime that can time each launch. Only the CPU
@@ -43,17 +43,17 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from fusecc.compiler.diagnostics import DiagnosticEngine
-from fusecc.compiler.hardware import hardware
+from fusecc.passes.backends.hardware import hardware
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
-from fusecc.passes import reporting
+from fusecc.driver import reporting
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import PHASES
-from fusecc.passes.lowering.memory_plan import kernels_by_name
+from fusecc.passes.memory.plan import kernels_by_name
 
-from .reference import evaluate, random_model_input
+from fusecc.runtime.reference import evaluate, random_model_input
 
 # Whole programs against the reference interpreter: |cpu - reference| <=
 # PROGRAM_RTOL * max|reference| per result. Looser than the per-kernel
@@ -88,23 +88,23 @@ class CpuMeasurer:
     target = "cpu"
 
     def __init__(self, threads: int | None = None):
-        from .cpu.executor import WorkerPool
+        from fusecc.runtime.cpu.executor import WorkerPool
 
         self.threads = threads
         self.pool = WorkerPool(threads)
 
     def available(self) -> str | None:
-        from .cpu.target import CpuTarget
+        from fusecc.driver.cpu_target import CpuTarget
 
         return CpuTarget().available()
 
     def compile(self, module: Operation) -> Runnable:
-        from .cpu.executor import CompiledProgram
+        from fusecc.runtime.cpu.executor import CompiledProgram
 
         return CompiledProgram(module, pool=self.pool)
 
     def describe(self) -> str:
-        from .cpu.executor import available_cpus
+        from fusecc.runtime.cpu.executor import available_cpus
 
         cpus, threads = available_cpus(), self.pool.threads
         return f"this CPU ({cpus} CPU{'s' * (cpus != 1)}, {threads} thread{'s' * (threads != 1)})"

@@ -43,7 +43,7 @@ from fusecc.compiler.diagnostics import FileLineColLoc, FusedLoc, Location, Name
 from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f32, f64, i1, i8, i32, i64, index
 from fusecc.dialects import loop
-from fusecc.runtime.cuda.source import prelude_text
+from fusecc.passes.backends.cuda.source import prelude_text
 
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static __shared__ per block; beyond it, dynamic shared memory
 MAX_THREADS_PER_BLOCK = 1024

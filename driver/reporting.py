@@ -9,10 +9,10 @@ groups with their kind and ops, and every chain left unfused with the
 reason the cost model gave.
 
 Both first run the passes that precede `fuse` at the `fused` emit level
-(`passes/pipelines.py`), so "unfused" means "one kernel per op of the
+(`driver/pipelines.py`), so "unfused" means "one kernel per op of the
 program as it reaches fusion".
 
-`report --measure` (`runtime/measure.py`) puts measured figures of the
+`report --measure` (`driver/measure.py`) puts measured figures of the
 compiled program beside these; `report --show-source KERNEL` prints the
 generated source of one kernel (`kernel_source`).
 """
@@ -24,17 +24,17 @@ import sys
 from dataclasses import asdict, dataclass
 
 from fusecc.compiler.diagnostics import DiagnosticEngine
-from fusecc.compiler.hardware import Hardware, hardware
+from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.pass_manager import PassContext, PassManager, PipelineError, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.traits import Terminator
 from fusecc.compiler.verifier import verify
 
-from .fusion import cost_model as cm
-from .fusion.fuse import PHASES, Fuse, FusionResult, fuse_module
-from .fusion.partition import is_fusable
-from .pipelines import pipeline_for_level
+from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.fusion.fuse import PHASES, Fuse, FusionResult, fuse_module
+from fusecc.passes.fusion.partition import is_fusable
+from fusecc.driver.pipelines import pipeline_for_level
 
 
 @dataclass
@@ -214,31 +214,31 @@ def kernel_source(module: Operation, target: str, kernel: str, level: str, engin
     is a number), as loop IR, LLVM IR (the CPU's) or CUDA C (a GPU's), as
     `fusecc --emit=LEVEL` emits it."""
     from fusecc.dialects import loop
-    from fusecc.tools.common import ToolError
+    from fusecc.compiler.diagnostics import UsageError
 
     hw = hardware(target)
     if level == "llvm" and hw.kind != "cpu":
-        raise ToolError(f"LLVM IR is generated for the CPU; use --target cpu (not {target}) with --level llvm")
+        raise UsageError(f"LLVM IR is generated for the CPU; use --target cpu (not {target}) with --level llvm")
     if level == "cuda" and hw.kind == "cpu":
-        raise ToolError("CUDA C is generated for a GPU; use --target h200 or a100 with --level cuda")
+        raise UsageError("CUDA C is generated for a GPU; use --target h200 or a100 with --level cuda")
     try:
         pipeline = parse_pipeline(pipeline_for_level("loop", target=target))
     except PipelineError as exc:
-        raise ToolError(f"--show-source needs the lowering to loops, which is not available yet ({exc})") from None
+        raise UsageError(f"--show-source needs the lowering to loops, which is not available yet ({exc})") from None
     run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
     kernels = [op for op in module.body if isinstance(op, loop.KernelOp)]
     chosen = [k for k in kernels if k.sym_name == kernel or (kernel.isdigit() and k.attr("group") == int(kernel))]
     if not chosen:
         names = ", ".join(k.sym_name for k in kernels)
-        raise ToolError(f"no kernel '{kernel}' in the fused program for {target} (kernels: {names}; or give a group id)")
+        raise UsageError(f"no kernel '{kernel}' in the fused program for {target} (kernels: {names}; or give a group id)")
     names = [k.sym_name for k in chosen]
     if level == "loop":
         return "".join(print_op(k) for k in chosen)
     if level == "llvm":
-        from .emit_llvm import emit_llvm
+        from fusecc.passes.backends.llvm.emit import emit_llvm
 
         return emit_llvm(module, only=set(names)).text
-    from .emit_cuda import emit_cuda
+    from fusecc.passes.backends.cuda.emit import emit_cuda
 
     cuda = emit_cuda(module)
     lines = cuda.text.split("\n")

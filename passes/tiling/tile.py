@@ -42,16 +42,16 @@ from dataclasses import dataclass, replace
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import error
-from fusecc.compiler.hardware import Hardware, hardware
+from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.dialects.fusion import GroupOp
 
-from .attention import AttentionProblem, choose_attention_tiles
-from .kernel_builder import ceil_div, next_pow2, product
-from .matmul import MatmulProblem, choose_matmul_tiles
-from .reduction_analysis import RULES, analyse_ops
-from .scalar_emitter import LoweringError
+from fusecc.passes.lowering.attention import AttentionProblem, choose_attention_tiles
+from fusecc.passes.lowering.kernel_builder import ceil_div, next_pow2, product
+from fusecc.passes.lowering.matmul import MatmulProblem, choose_matmul_tiles
+from fusecc.passes.lowering.reduction_analysis import RULES, analyse_ops
+from fusecc.passes.lowering.scalar_emitter import LoweringError
 
 THREADS = "tile.threads"
 BLOCK = "tile.block"
