@@ -13,3 +13,26 @@ try:
     __version__ = _metadata.version("fusecc")
 except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
+
+
+def _grammar_cache_file() -> str:
+    import lark
+
+    from fusecc.runtime.cache import cache_dir
+
+    return str(cache_dir("parser") / f"grammar-lark{lark.__version__}.cache")
+
+
+def _compose() -> None:
+    """The composition root, run once on `import fusecc` (so before any
+    submodule): register the dialects with the IR core's op registry, as
+    MLIR's tools call `registerAllDialects`, and give the parser the
+    runtime's cache folder. The core itself imports neither."""
+    from fusecc.compiler import parser
+    from fusecc.dialects import load_all
+
+    load_all()
+    parser.set_grammar_cache(_grammar_cache_file)
+
+
+_compose()

@@ -11,6 +11,12 @@ The custom form of an op is uniform across dialects:
     %r = dialect.op [@sym(] operands [)] {attrs} : (types) -> types {regions} loc(...)
 
 `func.func` and `module` have their own MLIR syntax.
+
+The parser knows no dialect: it looks every op up by name in the op
+registry (`ir.lookup_op_class`), which the dialects fill when they are
+loaded (`fusecc.dialects.load_all`, called by the package root as MLIR's
+tools call `registerAllDialects`). `module` and `func.func` are
+`builtin.module` and `func.func` looked up the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import functools
 import gc
 import re
+from typing import Callable
 
 import lark
 import numpy as np
@@ -323,16 +330,28 @@ class _Reader(lark.Transformer):
         return ("fused", c)
 
 
+# Where lark keeps the LALR tables between processes (~60 ms per process):
+# a function giving the file, set by whoever owns the cache folder (the
+# package root hands in the runtime's); None builds the tables each time.
+_grammar_cache: Callable[[], str] | None = None
+
+
+def set_grammar_cache(path_of: Callable[[], str] | None) -> None:
+    """Use `path_of()` as lark's table cache (called on the first parse)."""
+    global _grammar_cache
+    _grammar_cache = path_of
+    _lark_parser.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
 def _lark_parser() -> lark.Lark:
-    # lark's cache of the LALR tables saves ~60 ms per process; it checks the
-    # grammar's hash itself and rebuilds a stale or unreadable file.
-    from fusecc.runtime.cache import cache_dir
-
-    try:
-        cache = str(cache_dir("parser") / f"grammar-lark{lark.__version__}.cache")
-    except OSError:  # no writable cache folder: build the tables each time
-        cache = False
+    # lark checks the grammar's hash itself and rebuilds a stale or unreadable file.
+    cache: str | bool = False
+    if _grammar_cache is not None:
+        try:
+            cache = _grammar_cache()
+        except OSError:  # no writable cache folder: build the tables each time
+            cache = False
     return lark.Lark(
         GRAMMAR,
         parser="lalr",
@@ -342,6 +361,15 @@ def _lark_parser() -> lark.Lark:
         cache=cache,
         start=["start", "attributes_only"],
     )
+
+
+def registered_op(name: str) -> type[Operation]:
+    """The class registered for `name`; a missing core op means the
+    dialects were never loaded, which is a bug of the caller."""
+    cls = lookup_op_class(name)
+    if cls is None:
+        raise RuntimeError(f"no op '{name}' is registered: load the dialects first (fusecc.dialects.load_all())")
+    return cls
 
 
 # --------------------------------------------------------------------------- name resolution
@@ -557,8 +585,7 @@ class _IRBuilder:
 
     # --- ops -----------------------------------------------------------------
     def module(self, items) -> Operation:
-        from fusecc.dialects.builtin import ModuleOp
-
+        ModuleOp = registered_op("builtin.module")
         modules = [op for op in items if op.kind == "module"]
         if modules and len(items) > 1:
             other = next(op for op in items if op is not modules[0]) if len(modules) == 1 else modules[1]
@@ -583,9 +610,7 @@ class _IRBuilder:
         return self.generic_or_custom(syntax, scope)
 
     def module_op(self, syntax: OpSyntax) -> Operation:
-        from fusecc.dialects.builtin import ModuleOp
-
-        module = ModuleOp.build()
+        module = registered_op("builtin.module").build()
         module.location = self.op_location(syntax)
         module.attributes.update(self.attributes(syntax.attrs))
         if syntax.symbol is not None:
@@ -599,8 +624,7 @@ class _IRBuilder:
         return module
 
     def func(self, syntax: OpSyntax) -> Operation:
-        from fusecc.dialects.func import FuncOp
-
+        FuncOp = registered_op("func.func")
         scope = _Scope(None, True)
         block = Block()
         for arg in syntax.args:
@@ -921,9 +945,6 @@ def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0) -> 
     `line_offset` shifts reported lines, so that split-input chunks report
     positions in the original file.
     """
-    from fusecc.dialects import load_all
-
-    load_all()
     # Parsing allocates many long-lived objects and no cycles; the cyclic
     # collector would rescan them all repeatedly (40% of the time at 20k ops).
     gc_was_enabled = gc.isenabled()

@@ -215,9 +215,6 @@ class _PipelineParser:
         name = self.name()
         nxt = self.peek()
         if nxt == "(":
-            from fusecc.dialects import load_all
-
-            load_all()
             if lookup_op_class(name) is None:
                 raise self.fail(f"'{name}' is not an operation to nest passes on (e.g. builtin.module, func.func)")
             self.pos += 1
