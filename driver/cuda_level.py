@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 from fusecc.compiler.diagnostics import InternalCompilerError
 from fusecc.compiler.ir import Operation, Value
@@ -195,22 +194,24 @@ def compile_program(module: Operation, entry: str | None = None, arch: str = "sm
 # --------------------------------------------------------------------------- the driver hook
 
 
-def cuda_level_outputs(module: Operation, args) -> tuple[str, dict[str, str]]:
+def cuda_level_outputs(module: Operation, options) -> "Emitted":
     """`fusecc ... [-o kernels.cu]`: the source and, with -o, the manifest
-    beside it (the driver writes both), and the resource usage on stderr
-    when asked."""
-    output = getattr(args, "output", None)
+    beside it, and the resource usage as notes when asked (`EmitOptions`;
+    the driver writes all three)."""
+    from fusecc.driver.pipelines import Emitted
+
+    output, arch = options.output, options.arch
     filename = os.path.basename(output) if output not in (None, "-") else "kernels.cu"
-    arch = getattr(args, "arch", "sm_90")
     try:
-        cuda = emit_cuda(module, os.path.basename(args.input) if getattr(args, "input", "-") != "-" else None)
+        cuda = emit_cuda(module, options.source_name)
         manifest = build_manifest(module, cuda, filename, arch) if output not in (None, "-") else None
     except EmitError as exc:
         raise InternalCompilerError(PHASE, exc) from None
-    checked = compile_checked(cuda, filename, arch, resource_usage=getattr(args, "resource_usage", False))
-    if getattr(args, "resource_usage", False):
+    checked = compile_checked(cuda, filename, arch, resource_usage=options.resource_usage)
+    notes = ""
+    if options.resource_usage:
         from fusecc.runtime.cuda.resources import format_resource_usage
 
-        sys.stderr.write(format_resource_usage(checked, {k.name: k.estimate for k in cuda.kernels if k.estimate}))
+        notes = format_resource_usage(checked, {k.name: k.estimate for k in cuda.kernels if k.estimate})
     beside = {os.path.splitext(output)[0] + ".json": manifest.to_json()} if manifest is not None else {}
-    return cuda.text, beside
+    return Emitted(cuda.text, beside, notes)

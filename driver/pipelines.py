@@ -8,24 +8,44 @@ body at a time (`fusecc run` of a program with calls needs that too).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
+
+
+@dataclass(frozen=True)
+class EmitOptions:
+    """What a level's emitter may be told; the tools build it from their flags."""
+
+    arch: str = "sm_90"  # the CUDA architecture NVRTC checks for
+    output: str | None = None  # the -o path (names kernels.cu and places its manifest); None: stdout
+    source_name: str | None = None  # the input file's name, for the source's comments
+    resource_usage: bool = False  # also report registers and spills per CUDA kernel
+    isa: frozenset[str] | None = None  # LLVM: the CPU extensions to specialise for (None: this host's)
+
+
+@dataclass
+class Emitted:
+    """A level's output. The driver writes `text` (to -o or stdout), then the
+    files in `beside`, and `notes` to stderr: emitters write nothing."""
+
+    text: str
+    beside: dict[str, str] = field(default_factory=dict)  # path -> text
+    notes: str = ""
 
 
 @dataclass(frozen=True)
 class Level:
     pipeline: str  # with {target} and {arch} placeholders
-    # (module, driver args) -> (the level's text, {path: text} of files that go
-    # beside -o, written after it); None prints the IR
-    emitter: Callable | None = None
+    # (module, EmitOptions) -> Emitted; None prints the IR
+    emitter: Callable[..., Emitted] | None = None
     summary: str = ""
     from_loops: bool = False  # the level starts from loop IR: a module already there skips the pipeline
 
 
-def _cuda_level(module, args) -> tuple[str, dict[str, str]]:
+def _cuda_level(module, options: EmitOptions) -> Emitted:
     from fusecc.driver.cuda_level import cuda_level_outputs
 
-    return cuda_level_outputs(module, args)
+    return cuda_level_outputs(module, options)
 
 
 def is_loop_level(module) -> bool:
@@ -34,10 +54,10 @@ def is_loop_level(module) -> bool:
     return bool(ops & {"loop.kernel", "loop.schedule"}) and "func.func" not in ops
 
 
-def _emit_llvm(module, args) -> tuple[str, dict[str, str]]:
+def _emit_llvm(module, options: EmitOptions) -> Emitted:
     from fusecc.passes.backends.llvm.emit import emit_llvm_text
 
-    return emit_llvm_text(module, args), {}
+    return Emitted(emit_llvm_text(module, isa=options.isa))
 
 
 EMIT_LEVELS: dict[str, Level] = {

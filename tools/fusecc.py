@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import zipfile
 
@@ -24,7 +25,7 @@ from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
-from fusecc.driver.pipelines import EMIT_LEVELS, is_loop_level, pipeline_for_level
+from fusecc.driver.pipelines import EMIT_LEVELS, EmitOptions, is_loop_level, pipeline_for_level
 from fusecc.driver import targets
 
 from fusecc.tools.common import EXIT_INTERNAL_ERROR, guarded_main, phase, read_source, write_output
@@ -102,10 +103,16 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
             raise UsageError(f"--emit={level} is not available yet: {exc}") from None
         run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
     emitter = EMIT_LEVELS[level].emitter
-    text, beside = emitter(module, args) if emitter else (print_op(module, debuginfo=args.print_debuginfo), {})
-    write_output(args.output, text)
-    for path, extra in beside.items():
+    if emitter is None:
+        write_output(args.output, print_op(module, debuginfo=args.print_debuginfo))
+        return 0
+    source_name = os.path.basename(args.input) if args.input != "-" else None
+    options = EmitOptions(arch=args.arch, output=args.output, source_name=source_name, resource_usage=args.resource_usage)
+    emitted = emitter(module, options)
+    write_output(args.output, emitted.text)
+    for path, extra in emitted.beside.items():
         write_output(path, extra)
+    sys.stderr.write(emitted.notes)
     return 0
 
 

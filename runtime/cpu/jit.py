@@ -14,18 +14,17 @@ read half a file and compile each module once.
 
 from __future__ import annotations
 
-import functools
 import threading
 from dataclasses import dataclass
 
 import llvmlite
 import llvmlite.binding as llvm
 
+from fusecc.passes.backends.llvm.host import host_cpu_features, host_cpu_name, host_isa, initialise_native  # noqa: F401 (host_isa: the executor asks here)
 from fusecc.runtime import cache
 
 OPT_LEVEL = 3
 _lock = threading.Lock()
-_initialised = False
 _machine = None
 _compiled: dict[str, "CompiledModule"] = {}
 
@@ -33,16 +32,11 @@ _compiled: dict[str, "CompiledModule"] = {}
 def new_target_machine():
     """A target machine for this CPU. An MCJIT engine owns (and on disposal
     frees) the one it is created with, so each engine gets its own."""
-    global _initialised
-    with _lock:
-        if not _initialised:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            _initialised = True
+    initialise_native()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
+        cpu=host_cpu_name(),
+        features=host_cpu_features(),
         opt=OPT_LEVEL,
         codemodel="jitdefault",
     )
@@ -58,17 +52,8 @@ def host_target_machine():
     return _machine
 
 
-@functools.lru_cache(maxsize=None)
-def host_isa() -> frozenset[str]:
-    """The instruction set extensions of this CPU that LLVM enables (its
-    `+feature` names), for emit_llvm's host-specific math."""
-    host_target_machine()
-    return frozenset(f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+"))
-
-
 def host_description() -> str:
-    host_target_machine()
-    return f"{llvm.get_host_cpu_name()};{llvm.get_host_cpu_features().flatten()};llvmlite {llvmlite.__version__};O{OPT_LEVEL}+slp"
+    return f"{host_cpu_name()};{host_cpu_features()};llvmlite {llvmlite.__version__};O{OPT_LEVEL}+slp"
 
 
 @dataclass

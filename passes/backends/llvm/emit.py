@@ -98,12 +98,12 @@ def emit_llvm(module: Operation, hardware: Hardware = CPU, vectorize: str = "exp
     return LLVMProgram(mb.text(), kernels)
 
 
-def emit_llvm_text(module: Operation, args=None) -> str:
-    """The `--emit=llvm` emitter of the driver: the IR that `fusecc run`
-    compiles on this host."""
-    from fusecc.runtime.cpu.jit import host_isa
+def emit_llvm_text(module: Operation, *, isa: frozenset[str] | None = None) -> str:
+    """The `--emit=llvm` level: the IR that `fusecc run` compiles, for the
+    `isa` extensions (default: this host's)."""
+    from fusecc.passes.backends.llvm.host import host_isa
 
-    return emit_llvm(module, isa=host_isa()).text
+    return emit_llvm(module, isa=host_isa() if isa is None else isa).text
 
 
 # --------------------------------------------------------------------------- text builders
