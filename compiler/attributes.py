@@ -7,6 +7,7 @@ type. Attributes are immutable and compare by value.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +172,52 @@ class DenseElementsAttr(Attribute):
         if self.array.size > self.HEX_THRESHOLD:
             return f'"0x{elements_to_bytes(self.array, self.type.element_type).hex().upper()}"'
         return _format_nested(self.array, self.type.element_type)
+
+
+class DenseResourceElementsAttr(DenseElementsAttr):
+    """`dense_resource<name> : tensor<...>`: a constant whose elements live in
+    a resource file that the module names (compiler/resources.py), MLIR's
+    way of keeping large weights out of the text.
+
+    `array` is a read-only view of the mapped file (a copy only where the
+    file's layout differs from the storage dtype: bf16, big-endian npy).
+    Everything that reads a DenseElementsAttr's array reads this one; the
+    printer writes the name, not the elements. A resource is never treated
+    as a splat: finding out would read every page of it.
+    """
+
+    __slots__ = ("name", "source")
+
+    def __init__(self, name: str, array: np.ndarray, type: ShapedType, source: str = ""):
+        if array.shape != tuple(type.shape) or array.dtype != type.element_type.numpy_dtype:
+            raise ValueError(f"resource '{name}' has {array.dtype}{list(array.shape)}, not the elements of {type}")
+        self.name = name
+        self.source = source  # the resolved file, with its size and mtime: identifies the content
+        self.type = type
+        self.array = array
+        self._hash = None
+        self._splat = False
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, DenseResourceElementsAttr):
+            return self is other or (self.type is other.type and self.name == other.name and self.source == other.source)
+        return False
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((self.type, self.name, self.source))
+        return self._hash
+
+    def __str__(self) -> str:
+        return f"dense_resource<{format_resource_name(self.name)}> : {self.type}"
+
+
+_BARE_RESOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
+
+
+def format_resource_name(name: str) -> str:
+    """A resource name as the parser reads it: bare when it is an identifier, else quoted."""
+    return name if _BARE_RESOURCE_NAME.fullmatch(name) and name not in ("true", "false", "unit", "dense") else quote_string(name)
 
 
 def elements_to_bytes(array: np.ndarray, element_type: ScalarType) -> bytes:
@@ -348,6 +395,7 @@ __all__ = [
     "ArrayAttr",
     "BoolAttr",
     "DenseElementsAttr",
+    "DenseResourceElementsAttr",
     "FloatAttr",
     "FunctionType",
     "IntegerAttr",
@@ -362,6 +410,7 @@ __all__ = [
     "float_to_bits",
     "format_element",
     "format_float",
+    "format_resource_name",
     "integer_in_range",
     "from_python",
     "quote_string",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import re
 from typing import Callable
 
@@ -80,6 +81,7 @@ attr_entry: BARE_ID ["=" attr_value]
     | "unit"                       -> unit_attr
     | "[" [attr_value ("," attr_value)*] "]" -> array_attr
     | "dense" "<" [attr_value] ">" ":" TYPE  -> dense_attr
+    | "dense_resource" "<" (BARE_ID | STRING) ">" ":" TYPE -> dense_resource_attr
     | SYMBOL                       -> symbol_attr
     | TYPE                         -> type_attr
     | function_type                -> function_type_attr
@@ -304,6 +306,9 @@ class _Reader(lark.Transformer):
     def dense_attr(self, c):
         return ("dense", c[0], c[1])
 
+    def dense_resource_attr(self, c):
+        return ("dense_resource", c[0], c[1])
+
     def symbol_attr(self, c):
         return ("symbol", c[0])
 
@@ -412,6 +417,10 @@ class _IRBuilder:
         # While reading text parsed on its own (an attribute dictionary
         # token), the (line, column) where that text starts in the file.
         self._origin: tuple[int, int] | None = None
+        # The file behind `dense_resource<...>`: given by the caller, or
+        # named by the module's `fusecc.resources` (compiler/resources.py).
+        self.resource_path: str | None = None
+        self._resources = None
 
     # --- locations -----------------------------------------------------------
     def at(self, token) -> FileLineColLoc:
@@ -514,6 +523,8 @@ class _IRBuilder:
             return A.TypeAttr(FunctionType(self.types(inputs), self.types(results)))
         if kind == "dense":
             return self.dense(syntax[1], syntax[2], anchor)
+        if kind == "dense_resource":
+            return self.dense_resource(syntax[1], syntax[2])
         raise AssertionError(kind)
 
     def hex_integer(self, token, t: ScalarType) -> int:
@@ -559,6 +570,48 @@ class _IRBuilder:
         if flat.size != t.num_elements:
             raise self.fail(token, f"hex data holds {flat.size} elements but {t} needs {t.num_elements}")
         return A.DenseElementsAttr(flat.reshape(t.shape), t)
+
+    def open_resources(self, module: Operation, syntax: OpSyntax) -> None:
+        """Open the resource file of a top-level module: the caller's, else
+        the one its `fusecc.resources` names, inside the module's folder."""
+        from fusecc.compiler import paths, resources
+
+        named = module.attributes.get(resources.RESOURCES_ATTR)
+        if self._resources is not None or (named is None and self.resource_path is None):
+            return
+        anchor = syntax.token
+        if named is not None:
+            attrs = syntax.attrs
+            anchor = _piece(attrs[1], resources.RESOURCES_ATTR) if isinstance(attrs, tuple) else next((k for k, _ in attrs if str(k) == resources.RESOURCES_ATTR), anchor)
+        try:
+            if self.resource_path is not None:
+                path = self.resource_path
+            elif not isinstance(named, A.StringAttr):
+                raise resources.ResourceError(f"'{resources.RESOURCES_ATTR}' must be a string naming a safetensors or .npz file")
+            else:
+                folder = os.path.dirname(os.path.abspath(self.filename)) if not self.filename.startswith("<") else os.getcwd()
+                path = paths.resolve_inside(folder, named.value, "resource file")
+            self._resources = resources.ResourceFile(path)
+        except (resources.ResourceError, paths.PathOutsideFolder) as exc:
+            raise self.fail(anchor, str(exc)) from None
+
+    def dense_resource(self, name_token, type_token) -> A.DenseResourceElementsAttr:
+        from fusecc.compiler import resources
+
+        t = self.type(type_token)
+        if not isinstance(t, ShapedType):
+            raise self.fail(type_token, f"dense_resource needs a tensor type, not {t}")
+        name = self.string(name_token) if str(name_token).startswith('"') else str(name_token)
+        if self._resources is None:
+            raise self.fail(
+                name_token,
+                f"dense_resource<{name}> needs a resource file, and the module names none: "
+                f"write 'module attributes {{{resources.RESOURCES_ATTR} = \"weights.safetensors\"}} {{ ... }}'",
+            )
+        try:
+            return self._resources.attribute(name, t)
+        except resources.ResourceError as exc:
+            raise self.fail(name_token, str(exc)) from None
 
     def dense_values(self, syntax, element: ScalarType, anchor):
         kind = syntax[0]
@@ -613,6 +666,7 @@ class _IRBuilder:
         module = registered_op("builtin.module").build()
         module.location = self.op_location(syntax)
         module.attributes.update(self.attributes(syntax.attrs))
+        self.open_resources(module, syntax)
         if syntax.symbol is not None:
             module.attributes["sym_name"] = A.StringAttr(str(syntax.symbol)[1:])
         label_token, items = syntax.regions[0]
@@ -808,7 +862,7 @@ class _IRBuilder:
                 found = self.attributes(entries)
             finally:
                 self._origin = saved
-            if len(text) < 512:  # do not keep large constants alive
+            if len(text) < 512 and "dense_resource" not in text:  # do not keep large constants (or another file's resources) alive
                 _attribute_dicts[text] = found
         return dict(found)
 
@@ -939,11 +993,13 @@ def _syntax_error(exc: lark.exceptions.UnexpectedInput, text: str, filename: str
 # --------------------------------------------------------------------------- entry points
 
 
-def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0) -> Operation:
+def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0, resource_file: str | None = None) -> Operation:
     """Parse a whole file into a `builtin.module`. Raises `DiagnosticError`.
 
     `line_offset` shifts reported lines, so that split-input chunks report
-    positions in the original file.
+    positions in the original file. `resource_file` is where
+    `dense_resource` elements come from, instead of the file the module
+    names (which must lie in `filename`'s folder; this one may lie anywhere).
     """
     # Parsing allocates many long-lived objects and no cycles; the cyclic
     # collector would rescan them all repeatedly (40% of the time at 20k ops).
@@ -953,7 +1009,9 @@ def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0) -> 
         items = _lark_parser().parse(text, start="start")
         if isinstance(items, lark.Tree):
             items = items.children
-        return _IRBuilder(filename, line_offset).module(list(items))
+        builder = _IRBuilder(filename, line_offset)
+        builder.resource_path = resource_file
+        return builder.module(list(items))
     except lark.exceptions.UnexpectedInput as exc:
         raise _syntax_error(exc, text, filename, line_offset) from None
     finally:

@@ -265,14 +265,16 @@ class SchedulePlan:
         return [from_buffer(b, a.type) if a.type.element_type is bf16 else b for b, a in zip(outputs, schedule.output_args)]
 
 
-_programs: dict[tuple[str, str], CompiledProgram] = {}
+_programs: dict[tuple[str, str, str], CompiledProgram] = {}
 
 
 def compile_program(module: Operation, vectorize: str = "explicit") -> CompiledProgram:
-    """A CompiledProgram for `module`, reused while the module's text is the same."""
+    """A CompiledProgram for `module`, reused while the module's text, and
+    the files its `dense_resource`s read, are the same."""
     from fusecc.compiler.printer import print_op
+    from fusecc.compiler.resources import resource_identity
 
-    key = (print_op(module), vectorize)
+    key = (print_op(module), resource_identity(module), vectorize)
     found = _programs.get(key)
     if found is None:
         found = _programs[key] = CompiledProgram(module, vectorize)
