@@ -13,6 +13,8 @@ for _name, _target in {
     "tile": "fusecc.passes.tiling.tile:Tile",
     "lower-to-loops": "fusecc.passes.lowering.driver:LowerToLoops",
     "plan-memory": "fusecc.passes.memory.plan:PlanMemory",
+    "legalize": "fusecc.passes.backends.legalize:Legalize",
+    "place-barriers": "fusecc.passes.lowering.barriers:PlaceBarriers",
     "fuse": "fusecc.passes.fusion.fuse:Fuse",
     "fuse-attention": "fusecc.passes.fusion.fuse:FuseAttention",
     "fuse-elementwise": "fusecc.passes.fusion.fuse:FuseElementwise",

@@ -31,32 +31,50 @@ from fusecc.runtime.reference import InterpreterError, erf as erf_array, round_b
 
 def scalar(value, t: ScalarType):
     """A Python/numpy scalar of type `t`: np.float32 etc. for floats,
-    int for integers and index, bool for i1."""
+    int for integers and index (wrapped around at the type's width, two's
+    complement), bool for i1. bf16 and f16 results round to nearest even
+    here: the one place the loop level rounds to a narrow float."""
     if t.is_float:
         if t is bf16:
             return round_bf16(np.array([value], dtype=np.float32))[0]
         return t.numpy_dtype.type(value)
     if t is i1:
         return bool(value)
-    return int(value)
+    return wrap(int(value), t.bitwidth)
+
+
+def wrap(value: int, bits: int) -> int:
+    half = 1 << (bits - 1)
+    return (value + half) % (1 << bits) - half
 
 
 def _cast(value, t: ScalarType):
+    """docs/legalize.md, rules 1 and 4: float targets are reached through
+    f32; float -> int truncates toward zero and saturates (NaN gives 0)."""
     if t.is_float:
         return scalar(np.float32(value) if not isinstance(value, bool) else float(value), t)
     if t is i1:
         return bool(value != 0)
     if isinstance(value, (float, np.floating)):
-        if math.isnan(value) or math.isinf(value):
+        if math.isnan(value):
             return 0
+        limit = 1 << (t.bitwidth - 1)
+        if value >= limit:
+            return limit - 1
+        if value < -limit:
+            return -limit
         return int(value)  # truncates toward zero (np.float32 has no __trunc__)
-    return int(value)
+    return scalar(value, t)
 
 
 def _div(a, b):
-    if isinstance(a, int) and not isinstance(a, bool):
+    """Integers: truncating, x / 0 is 0 (INT_MIN / -1 wraps in `scalar`);
+    i1: a and b (docs/legalize.md, rules 2 and 3)."""
+    if isinstance(a, bool):
+        return a and b
+    if isinstance(a, int):
         if b == 0:
-            raise InterpreterError("integer division by zero")
+            return 0
         q = abs(a) // abs(b)
         return q if (a >= 0) == (b >= 0) else -q
     with np.errstate(all="ignore"):
@@ -64,8 +82,9 @@ def _div(a, b):
 
 
 def _rem(a, b):
-    if b == 0:
-        raise InterpreterError("integer remainder by zero")
+    """The sign of the dividend; x % 0 is 0; i1: false."""
+    if isinstance(a, bool) or b == 0:
+        return 0
     return a - _div(a, b) * b
 
 
