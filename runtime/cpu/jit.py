@@ -8,8 +8,8 @@ names of different programs never clash.
 Two caches: in memory, per process, by the hash of the IR text; on disk
 (runtime/cache.py, kind "cpu"), object files keyed by that hash plus the
 CPU, its features, the llvmlite version and the optimisation settings,
-built under a lock and written atomically, so concurrent processes never
-read half a file and compile each module once.
+checked against their content digest before loading; concurrent processes
+never read half a file and compile each module once.
 """
 
 from __future__ import annotations
@@ -84,20 +84,14 @@ def assembly(text: str) -> str:
 
 def _cached_object(text: str) -> tuple[bytes, bool]:
     """The object file for `text`: from the disk cache (runtime/cache.py,
-    kind "cpu"), else compiled and stored there. Returns (bytes, from disk).
-    A cache that cannot be written only costs the next process a compile."""
+    kind "cpu"; checked against its digest), else compiled and stored there.
+    Returns (bytes, from disk). A cache that cannot be written only costs
+    the next process a compile."""
+    build = lambda: host_target_machine().emit_object(optimise(text))  # noqa: E731
     try:
-        path = cache.cache_dir("cpu") / f"{cache.digest(text, host_description())}.o"
-        if path.exists():
-            return path.read_bytes(), True
-        with cache.locked(path):
-            if path.exists():  # another process built it meanwhile
-                return path.read_bytes(), True
-            obj = host_target_machine().emit_object(optimise(text))
-            cache.atomic_write(path, obj)
-            return obj, False
+        return cache.fetch_bytes("cpu", cache.digest(text, host_description()), build)
     except OSError:
-        return host_target_machine().emit_object(optimise(text)), False
+        return build(), False
 
 
 def compile_ir(text: str, symbols) -> CompiledModule:

@@ -4,8 +4,8 @@
   (`gpu_unavailable_reason`) asks the driver through ctypes and is cheap.
 - Kernels compile with NVRTC (nvrtc.py, the same options as everywhere)
   for the device's own architecture. Cubins are cached on disk under a
-  digest of the source, arch, NVRTC version and flags, written atomically;
-  CuPy loads them (`RawModule(path=...)`).
+  digest of the source, arch, NVRTC version and flags (runtime/cache.py:
+  a private folder, content digest checked before use); CuPy loads them (`RawModule(path=...)`).
 - One device allocation holds the arena, the inputs and the outputs
   (execute.plan_memory); arguments are bound once, since nothing moves.
 - Launches run in order on one stream. `capture_graph()` records them once
@@ -77,7 +77,7 @@ class CudaRuntime:
         self.device = cupy.cuda.Device(device)
         self.arch = f"sm_{self.device.compute_capability}"
         self.options = options
-        self.cache_dir = cache.cache_dir("cubin", cache_dir)
+        self.cache_root = cache_dir  # None: the user's cache (runtime/cache.py)
         with self.device:
             self.stream = cupy.cuda.Stream(non_blocking=True)
         self._modules: dict[Path, Any] = {}
@@ -87,13 +87,13 @@ class CudaRuntime:
         flags = self.options.flags(self.arch, "cubin")
         version = "%d.%d" % nvrtc_version()
         key = cache.digest(source, filename, self.arch, version, " ".join(flags), (INCLUDE_DIR / PRELUDE_NAME).read_bytes())
-        path = self.cache_dir / f"{key}.cubin"
-        if not path.exists():
-            with cache.locked(path):
-                if not path.exists():
-                    compiled = compile_cuda(source, filename, arch=self.arch, output="cubin", options=self.options)
-                    cache.atomic_write(path, compiled.code)
-        return path
+
+        def build(folder: Path) -> None:
+            compiled = compile_cuda(source, filename, arch=self.arch, output="cubin", options=self.options)
+            (folder / "kernels.cubin").write_bytes(compiled.code)
+
+        entry, _ = cache.fetch("cubin", key, build, self.cache_root)
+        return entry / "kernels.cubin"
 
     def module(self, source: str, filename: str = "kernels.cu"):
         path = self.cubin(source, filename)

@@ -169,27 +169,29 @@ def host_compiler() -> tuple[str, str]:
     return path, version[0] if version else "?"
 
 
-def _precompiled_header(directory: Path, flags: list[str]) -> Path:
+def _precompiled_header(root: str | os.PathLike | None, flags: list[str]) -> Path:
     """cuda_cpu.h with a precompiled .gch beside it, built once per header,
     compiler and flags: it halves the time of each later compile (the C++
-    standard headers dominate). The folder appears whole (a rename); if the
-    .gch could not be built it stays without one and the text header is used."""
+    standard headers dominate). A cache entry of its own (the .gch is code
+    that goes into every library, so its digest is checked like theirs); if
+    the .gch could not be built the entry holds none and the text header is used."""
     cxx, version = host_compiler()
-    pch_dir = directory / f"pch-{cache.digest(HEADER.read_bytes(), version, ' '.join(flags))}"
-    if not pch_dir.exists():
-        with cache.locked(pch_dir):
-            if not pch_dir.exists():
-                build = Path(tempfile.mkdtemp(dir=directory, prefix="pch-build-"))
-                shutil.copy(HEADER, build / "cuda_cpu.h")
-                command = [cxx, *flags, "-x", "c++-header", "cuda_cpu.h", "-o", "cuda_cpu.h.gch"]
-                subprocess.run(command, cwd=build, capture_output=True, timeout=300)
-                os.replace(build, pch_dir)
-    return pch_dir / "cuda_cpu.h" if (pch_dir / "cuda_cpu.h.gch").exists() else HEADER
+
+    def build(folder: Path) -> None:
+        shutil.copy(HEADER, folder / "cuda_cpu.h")
+        command = [cxx, *flags, "-x", "c++-header", "cuda_cpu.h", "-o", "cuda_cpu.h.gch"]
+        subprocess.run(command, cwd=folder, capture_output=True, timeout=300)
+
+    entry, _ = cache.fetch("cpu-harness", "pch-" + cache.digest(HEADER.read_bytes(), version, " ".join(flags)), build, root)
+    return entry / "cuda_cpu.h" if (entry / "cuda_cpu.h.gch").exists() else HEADER
 
 
 def _build(source: str, filename: str, kernels: list[str], flags: list[str], header: Path, library: Path) -> None:
+    """Compile into `library`. The sources go into a private folder (mode
+    0700, tempfile.mkdtemp) and the compiler gets its arguments as a list:
+    no shell, no file another user can swap."""
     cxx, _ = host_compiler()
-    with tempfile.TemporaryDirectory(dir=library.parent, prefix="build-") as build:
+    with tempfile.TemporaryDirectory(prefix="fusecc-build-") as build:
         base = os.path.basename(filename) or "kernels.cu"
         Path(build, base).write_text(source)
         exports = "".join(f"FUSECC_CPU_EXPORT({name})\n" for name in kernels)
@@ -199,7 +201,7 @@ def _build(source: str, filename: str, kernels: list[str], flags: list[str], hea
         if proc.returncode != 0:
             log = "\n".join(line for line in (proc.stderr or proc.stdout).splitlines() if "fusecc_cpu_exports.cpp:1:" not in line)
             raise CpuCompileError(os.path.basename(cxx), filename, kernels, log)
-        os.replace(Path(build, "library.so"), library)
+        shutil.move(Path(build, "library.so"), library)
 
 
 # --------------------------------------------------------------------------- running
@@ -254,15 +256,13 @@ class CpuModule:
         flags = [*CXX_FLAGS, *(f"-D{d}" for d in defines)]
         _, version = host_compiler()
         key = cache.digest(source, filename, HEADER.read_bytes(), (INCLUDE_DIR / PRELUDE_NAME).read_bytes(), version, " ".join(flags))
-        directory = cache.cache_dir("cpu-harness", cache_dir)
-        library = directory / f"{key}.so"
-        compiled = False
-        if not library.exists():
-            with cache.locked(library):
-                if not library.exists():
-                    header = HEADER if defines else _precompiled_header(directory, flags)
-                    _build(source, filename, kernels, flags, header, library)
-                    compiled = True
+
+        def build(folder: Path) -> None:
+            header = HEADER if defines else _precompiled_header(cache_dir, flags)
+            _build(source, filename, kernels, flags, header, folder / "library.so")
+
+        entry, found = cache.fetch("cpu-harness", key, build, cache_dir)
+        library, compiled = entry / "library.so", not found
         return cls(library, filename, kernels, compiled)
 
     def _kernel(self, name: str) -> CpuKernel:

@@ -104,7 +104,7 @@ def test_object_files_are_cached_on_disk_and_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSECC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(jit, "_compiled", {})
     first = jit.compile_ir(text, ["plus_row"])
-    files = list((tmp_path / "cpu").glob("*.o"))
+    files = list((tmp_path / "cpu").glob("*/data"))  # one entry: <key>/data + DIGEST
     assert len(files) == 1 and not first.from_disk
     monkeypatch.setattr(jit, "_compiled", {})
     second = jit.compile_ir(text, ["plus_row"])
