@@ -119,6 +119,20 @@ def unsafe_reason(path: Path) -> str | None:
     return None
 
 
+def root_problem(root: str | os.PathLike | None = None) -> str | None:
+    """Why the cache at `root` would be refused, without creating it (for
+    `fusecc cache info`); None when it is usable or does not exist yet."""
+    path = Path(root) if root is not None else cache_root()
+    if max_bytes() == 0:
+        return "FUSECC_CACHE_MAX_BYTES is 0"
+    try:
+        return unsafe_reason(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+
+
 def _private_dir(path: Path) -> None:
     """Create `path` (and missing parents) with mode 0700 whatever the umask."""
     if not path.exists():

@@ -6,6 +6,7 @@
     fusecc report model.ir [--target h200|a100|cpu] [--json]
     fusecc report model.ir --measure [--target cpu] [--repeat N] [--threads N] [--json]
     fusecc report model.ir --show-source KERNEL [--level loop|llvm|cuda] [--target T]
+    fusecc cache info|clear
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from fusecc.driver import targets
 
 from fusecc.tools.common import EXIT_INTERNAL_ERROR, guarded_main, phase, read_source, write_output
 
-SUBCOMMANDS = ("run", "explain", "report")
+SUBCOMMANDS = ("run", "explain", "report", "cache")
 
 
 def load(path: str, engine: DiagnosticEngine) -> Operation:
@@ -293,9 +294,15 @@ def _measured_report(args, module: Operation, engine: DiagnosticEngine) -> int:
     return 0
 
 
+def cache_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    from fusecc.tools.cache_command import cache_main as run_cache_command
+
+    return run_cache_command(argv, engine)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    body = {"run": run_main, "explain": explain_main, "report": report_main}.get(argv[0] if argv else "", None)
+    body = {"run": run_main, "explain": explain_main, "report": report_main, "cache": cache_main}.get(argv[0] if argv else "", None)
     if body is not None:
         return guarded_main(f"fusecc {argv[0]}", lambda engine: body(argv[1:], engine), SourceManager())
     return guarded_main("fusecc", lambda engine: compile_main(argv, engine), SourceManager())
