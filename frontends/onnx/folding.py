@@ -1,0 +1,275 @@
+"""Shape rules and import-time folding.
+
+A node whose inputs are all known when the model is imported (initializers,
+constants, and the static shapes of runtime values) is evaluated here with
+numpy and never becomes an op. This folds the shape arithmetic that exporters
+emit (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, ConstantOfShape,
+Range, Equal/Where/Expand on shapes). The shape rules are shared with the
+translations of the same ops, so that both agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusecc.frontends.onnx.context import shape_of
+from fusecc.frontends.onnx.table import folder
+
+INT64_MAX = np.iinfo(np.int64).max
+
+# --------------------------------------------------------------------------- shape rules (shared)
+
+
+def normalized(axis: int, rank: int, cx, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise cx.fail(f"{what} {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def reshape_target(shape, spec, allowzero: int, cx) -> tuple[int, ...]:
+    """ONNX Reshape: 0 copies the input's dim (unless allowzero), one -1 is inferred."""
+    spec = [int(d) for d in np.asarray(spec).reshape(-1)]
+    out = [shape[i] if d == 0 and not allowzero else d for i, d in enumerate(spec)]
+    if out.count(-1) > 1:
+        raise cx.fail(f"shape {spec} has more than one -1")
+    total = int(np.prod(shape))
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1]))
+        if known == 0 or total % known:
+            raise cx.fail(f"cannot reshape {list(shape)} to {spec}")
+        out[out.index(-1)] = total // known
+    if int(np.prod(out)) != total or any(d < 0 for d in out):
+        raise cx.fail(f"cannot reshape {list(shape)} to {spec}")
+    return tuple(out)
+
+
+def unsqueezed_shape(shape, axes, cx) -> tuple[int, ...]:
+    rank = len(shape) + len(axes)
+    axes = sorted(normalized(int(a), rank, cx) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise cx.fail(f"axes {axes} repeat an axis")
+    out, rest = [], iter(shape)
+    for i in range(rank):
+        out.append(1 if i in axes else next(rest))
+    return tuple(out)
+
+
+def squeezed_shape(shape, axes, cx) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(d for d in shape if d != 1)
+    axes = {normalized(int(a), len(shape), cx) for a in axes}
+    for a in axes:
+        if shape[a] != 1:
+            raise cx.fail(f"cannot squeeze axis {a} of size {shape[a]}")
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def slice_per_axis(shape, starts, ends, axes, steps, cx) -> tuple[list[int], list[int], list[int]]:
+    """ONNX Slice's clamping, as (start, stop, step) per axis in Python's
+    slice convention (a stop of -(dim+1) means "before index 0")."""
+    rank = len(shape)
+    starts = [int(v) for v in np.asarray(starts).reshape(-1)]
+    ends = [int(v) for v in np.asarray(ends).reshape(-1)]
+    axes = list(range(len(starts))) if axes is None else [normalized(int(a), rank, cx) for a in np.asarray(axes).reshape(-1)]
+    steps = [1] * len(starts) if steps is None else [int(v) for v in np.asarray(steps).reshape(-1)]
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise cx.fail("starts, ends, axes and steps differ in length")
+    if len(set(axes)) != len(axes):
+        raise cx.fail(f"axes {axes} repeat an axis")
+    start, stop, step = [0] * rank, list(shape), [1] * rank
+    for axis, a, b, s in zip(axes, starts, ends, steps):
+        dim = shape[axis]
+        if s == 0:
+            raise cx.fail(f"step of axis {axis} is zero")
+        a = a + dim if a < 0 else a
+        b = b + dim if b < 0 else b
+        if s > 0:
+            a, b = min(max(a, 0), dim), min(max(b, 0), dim)
+        else:
+            a, b = min(max(a, -1), dim - 1), min(max(b, -1), dim - 1)
+            b = -(dim + 1) if b == -1 else b
+            a = -(dim + 1) if a == -1 else a
+        start[axis], stop[axis], step[axis] = a, b, s
+    return start, stop, step
+
+
+def broadcast_shape(a, b, cx) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        raise cx.fail(f"shapes {list(a)} and {list(b)} do not broadcast") from None
+
+
+def split_sizes(node, dim: int, sizes, cx) -> list[int]:
+    count = len(node.outputs)
+    if sizes is not None:
+        sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+        if sum(sizes) != dim or len(sizes) != count:
+            raise cx.fail(f"split sizes {sizes} do not cover a dimension of {dim} in {count} outputs")
+        return sizes
+    count = int(node.attr("num_outputs", count))
+    chunk = -(-dim // count)
+    return [min(chunk, dim - i * chunk) for i in range(count)]
+
+
+# --------------------------------------------------------------------------- folders
+
+
+def _onnx_constant(node, cx) -> np.ndarray:
+    from onnx import numpy_helper
+
+    attrs = node.attrs
+    if "value" in attrs:
+        return numpy_helper.to_array(attrs["value"])
+    if "value_float" in attrs:
+        return np.array(attrs["value_float"], np.float32)
+    if "value_floats" in attrs:
+        return np.array(attrs["value_floats"], np.float32)
+    if "value_int" in attrs:
+        return np.array(attrs["value_int"], np.int64)
+    if "value_ints" in attrs:
+        return np.array(attrs["value_ints"], np.int64)
+    raise cx.fail("has no value this importer reads (sparse and string constants are not supported)")
+
+
+@folder("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints"))
+def fold_constant(cx, node, args):
+    return [_onnx_constant(node, cx)]
+
+
+@folder("Shape", attrs=("start", "end"), from_shapes=True)
+def fold_shape(cx, node, args):
+    shape = shape_of(args[0])
+    return [np.array(shape[slice(node.attr("start", 0), node.attr("end"))], np.int64)]
+
+
+@folder("Size", from_shapes=True)
+def fold_size(cx, node, args):
+    return [np.array(int(np.prod(shape_of(args[0]))), np.int64)]
+
+
+@folder("Identity")
+def fold_identity(cx, node, args):
+    return [args[0]]
+
+
+@folder("Gather", attrs=("axis",))
+def fold_gather(cx, node, args):
+    data, indices = args
+    axis = normalized(node.attr("axis", 0), data.ndim, cx)
+    dim = data.shape[axis]
+    if np.any((indices < -dim) | (indices >= dim)):
+        raise cx.fail(f"indices {indices.reshape(-1)[:8].tolist()} are out of range for an axis of size {dim}")
+    return [np.take(data, indices, axis=axis)]
+
+
+@folder("Unsqueeze")
+def fold_unsqueeze(cx, node, args):
+    return [args[0].reshape(unsqueezed_shape(args[0].shape, args[1].reshape(-1), cx))]
+
+
+@folder("Squeeze")
+def fold_squeeze(cx, node, args):
+    axes = args[1].reshape(-1) if len(args) > 1 and args[1] is not None else None
+    return [args[0].reshape(squeezed_shape(args[0].shape, axes, cx))]
+
+
+@folder("Concat", attrs=("axis",))
+def fold_concat(cx, node, args):
+    axis = normalized(node.attr("axis"), args[0].ndim, cx)
+    return [np.concatenate(args, axis=axis)]
+
+
+@folder("ConstantOfShape", attrs=("value",))
+def fold_constant_of_shape(cx, node, args):
+    from onnx import numpy_helper
+
+    value = numpy_helper.to_array(node.attrs["value"]).reshape(-1) if "value" in node.attrs else np.zeros(1, np.float32)
+    shape = [int(d) for d in args[0].reshape(-1)]
+    cx.check_size(shape, value.dtype)
+    return [np.full(shape, value[0], value.dtype)]
+
+
+@folder("Range")
+def fold_range(cx, node, args):
+    start, limit, delta = (np.asarray(a).reshape(()) for a in args)
+    if delta == 0:
+        raise cx.fail("delta is zero")
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    cx.check_size([count], start.dtype)
+    return [(start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)]
+
+
+@folder("Expand")
+def fold_expand(cx, node, args):
+    shape = broadcast_shape(args[0].shape, [int(d) for d in args[1].reshape(-1)], cx)
+    cx.check_size(shape, args[0].dtype)
+    return [np.broadcast_to(args[0], shape).copy()]
+
+
+@folder("Reshape", attrs=("allowzero",))
+def fold_reshape(cx, node, args):
+    return [args[0].reshape(reshape_target(args[0].shape, args[1], node.attr("allowzero", 0), cx))]
+
+
+@folder("Flatten", attrs=("axis",))
+def fold_flatten(cx, node, args):
+    x = args[0]
+    axis = normalized(node.attr("axis", 1), x.ndim + 1, cx)
+    return [x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))]
+
+
+@folder("Transpose", attrs=("perm",))
+def fold_transpose(cx, node, args):
+    return [np.transpose(args[0], node.attr("perm"))]
+
+
+@folder("Slice")
+def fold_slice(cx, node, args):
+    x, starts, ends, axes, steps = (list(args) + [None] * 5)[:5]
+    start, stop, step = slice_per_axis(x.shape, starts, ends, axes, steps, cx)
+    return [x[tuple(slice(a, b, s) for a, b, s in zip(start, stop, step))].copy()]
+
+
+_INT_DIV = lambda a, b: np.trunc(np.divide(a, b)).astype(np.result_type(a, b)) if np.result_type(a, b).kind in "iu" else np.divide(a, b)
+_FOLD_BINARY = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _INT_DIV,
+    "Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
+    "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
+}
+_FOLD_UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Sqrt": np.sqrt}
+
+
+@folder(*_FOLD_BINARY)
+def fold_binary(cx, node, args):
+    a, b = args
+    with np.errstate(all="ignore"):
+        return [np.asarray(_FOLD_BINARY[node.op_type](a, b)).astype(np.result_type(a, b) if node.op_type in ("Add", "Sub", "Mul", "Div") else np.bool_)]
+
+
+@folder(*_FOLD_UNARY)
+def fold_unary(cx, node, args):
+    with np.errstate(all="ignore"):
+        return [np.asarray(_FOLD_UNARY[node.op_type](args[0])).astype(args[0].dtype)]
+
+
+@folder("Max", "Min")
+def fold_max_min(cx, node, args):
+    combine = np.maximum if node.op_type == "Max" else np.minimum
+    out = args[0]
+    for a in args[1:]:
+        out = combine(out, a)
+    return [np.asarray(out)]
+
+
+@folder("Where")
+def fold_where(cx, node, args):
+    return [np.where(*args)]
+
+
+@folder("Cast", attrs=("to", "saturate"))
+def fold_cast(cx, node, args):
+    from onnx import helper
+
+    dtype = helper.tensor_dtype_to_np_dtype(node.attr("to"))
+    return [args[0].astype(dtype)]

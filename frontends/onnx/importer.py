@@ -1,0 +1,217 @@
+"""ONNX graph -> one `func.func @main` of tensor-dialect ops.
+
+Nodes are visited in the graph's (topological) order. Each output is either
+a numpy array, when everything it depends on is known at import time, or an
+SSA value; arrays become `tensor.constant` only where a runtime op uses
+them. Every op carries its node's name as location (`loc("node_name")`).
+Graph inputs become the function's arguments, named after them; the
+original input and output names are kept on the function as `onnx.inputs`
+and `onnx.outputs`, which `fusecc run` uses for its npz keys.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.builder import Builder, InsertionPoint
+from fusecc.compiler.diagnostics import NameLoc
+from fusecc.compiler.ir import Operation
+from fusecc.compiler.types import FunctionType, TensorType
+from fusecc.compiler.verifier import verify
+from fusecc.dialects.builtin import ModuleOp
+from fusecc.dialects.func import FuncOp, ReturnOp
+from fusecc.frontends.onnx import folding, ops_elementwise, ops_nn, ops_shape  # noqa: F401  (they fill the table)
+from fusecc.frontends.onnx.context import ONNX_ELEMENT_TYPES, ImportContext, Node, is_constant, onnx_type_name
+from fusecc.frontends.onnx.errors import ModelError, Unsupported, UnsupportedNodes
+from fusecc.frontends.onnx.loading import LoadedModel, load_model, memory_budget
+from fusecc.frontends.onnx.table import TABLE
+
+INPUT_NAMES_ATTR = "onnx.inputs"
+OUTPUT_NAMES_ATTR = "onnx.outputs"
+_SSA_UNSAFE = re.compile(r"[^A-Za-z0-9_.$\-]")
+
+
+@dataclass
+class ImportedModel:
+    module: Operation
+    input_names: list[str]
+    output_names: list[str]
+    node_count: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def import_onnx(
+    path: str,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    budget: int | None = None,
+    bind: dict[str, np.ndarray] | None = None,
+) -> ImportedModel:
+    """Read, check and translate an ONNX model. `shapes` maps an input's
+    name (or a symbolic dim's name) to the dims it is specialised to;
+    `bind` freezes inputs to constant values (they leave the signature)."""
+    start = time.perf_counter()
+    budget = memory_budget(budget)
+    loaded = load_model(path, budget)
+    graph = loaded.proto.graph
+    nodes = [Node.of(proto, i) for i, proto in enumerate(graph.node)]
+    refuse_unsupported(path, nodes)
+    read = time.perf_counter()
+
+    initializers = initializer_arrays(loaded)
+    initializers.update({name: np.asarray(value) for name, value in (bind or {}).items()})
+    inputs = [i for i in graph.input if i.name not in initializers]
+    types = input_types(path, inputs, shapes or {})
+    names = ssa_names([i.name for i in inputs])
+    func = FuncOp.build("main", FunctionType(types, []), names, location=NameLoc(graph.name or "main"))
+    cx = ImportContext(path, Builder(InsertionPoint.at_end(func.body)), budget)
+    env: dict[str, object] = dict(initializers)
+    cx.constant_names = {id(array): name for array, name in zip(initializers.values(), ssa_names(list(initializers)))}
+    env.update({i.name: arg for i, arg in zip(inputs, func.body.args)})
+    for node in nodes:
+        translate_node(cx, node, env)
+
+    results = []
+    for output in graph.output:
+        if output.name not in env:
+            raise ModelError(f"{path}: graph output '{output.name}' is produced by no node")
+        cx.node = Node("Output", output.name, [], [])
+        results.append(cx.value(env[output.name]))
+    cx.builder.create(ReturnOp, results, result_types=[], location=NameLoc("return"))
+    func.attributes["function_type"] = A.TypeAttr(FunctionType(types, [r.type for r in results]))
+    func.attributes[INPUT_NAMES_ATTR] = A.from_python([i.name for i in inputs])
+    func.attributes[OUTPUT_NAMES_ATTR] = A.from_python([o.name for o in graph.output])
+    module = ModuleOp.build([func])
+    verify(module)
+    done = time.perf_counter()
+    return ImportedModel(module, [i.name for i in inputs], [o.name for o in graph.output], len(nodes),
+                         {"read": read - start, "translate": done - read})
+
+
+def translate_node(cx: ImportContext, node: Node, env: dict) -> None:
+    cx.node = node
+    args = []
+    for name in node.inputs:
+        if name and name not in env:
+            raise cx.fail(f"input '{name}' is produced by no earlier node (the graph is not in topological order, or the name is wrong)")
+        args.append(env[name] if name else None)
+    while args and args[-1] is None:
+        args.pop()
+    rule = TABLE[node.op_type]
+    known = all(a is None or is_constant(a) for a in args)
+    if rule.fold is not None and (known or rule.folds_from_shapes):
+        try:
+            with np.errstate(all="ignore"):
+                outputs = [np.asarray(out) for out in rule.fold(cx, node, args)]
+        except (ValueError, IndexError, TypeError, OverflowError) as exc:
+            raise cx.fail(f"cannot be evaluated: {exc}") from None
+    elif rule.translate is not None:
+        outputs = rule.translate(cx, node, args)
+    else:
+        raise cx.fail("its inputs must be known at import time (constants, or computed from shapes and constants)")
+    for name, value in zip(node.outputs, outputs):
+        if name:
+            env[name] = value
+
+
+def refuse_unsupported(path: str, nodes: list[Node]) -> None:
+    """One error listing every node we cannot import, before any work."""
+    found = []
+    for node in nodes:
+        reason = unsupported_reason(node)
+        if reason:
+            found.append(Unsupported(node.op_type, node.name, reason))
+    if found:
+        raise UnsupportedNodes(path, found)
+
+
+def unsupported_reason(node: Node) -> str | None:
+    if node.domain not in ("", "ai.onnx"):
+        return f"operator domain '{node.domain}' is not supported"
+    rule = TABLE.get(node.op_type)
+    if rule is None:
+        return "operator not supported"
+    extra = sorted(set(node.attrs) - rule.attrs)
+    if extra:
+        return f"attribute{'s' * (len(extra) > 1)} {', '.join(extra)} not supported"
+    return rule.check(node) if rule.check else None
+
+
+def initializer_arrays(loaded: LoadedModel) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    arrays = {}
+    for tensor in loaded.proto.graph.initializer:
+        found = loaded.external.get(tensor.name)
+        arrays[tensor.name] = found if found is not None else numpy_helper.to_array(tensor)
+    return arrays
+
+
+def ssa_names(names: list[str]) -> list[str]:
+    """Argument names that read back as themselves: unsafe characters become
+    `_`, bare numbers get a leading `_`, repeats a suffix."""
+    taken, out = set(), []
+    for name in names:
+        clean = _SSA_UNSAFE.sub("_", name) or "arg"
+        if clean.isdigit():
+            clean = "_" + clean
+        candidate, n = clean, 1
+        while candidate in taken:
+            candidate, n = f"{clean}_{n}", n + 1
+        taken.add(candidate)
+        out.append(candidate)
+    return out
+
+
+def input_types(path: str, inputs, shapes: dict[str, tuple[int, ...]]) -> list[TensorType]:
+    """Static types of the graph inputs: declared dims, `shapes` by input
+    name, or symbolic dims bound by name; any dim left open is an error
+    that lists them all."""
+    input_names = {i.name for i in inputs}
+    bound: dict[str, int] = {k: v[0] for k, v in shapes.items() if k not in input_names and len(v) == 1}
+    for name in shapes:
+        if name not in input_names and name not in bound:
+            raise ModelError(f"{path}: --shape names '{name}', which is neither an input ({', '.join(sorted(input_names))}) nor a symbolic dim")
+    for i in inputs:
+        if i.name in shapes:
+            declared = i.type.tensor_type.shape.dim
+            given = shapes[i.name]
+            if len(declared) and len(declared) != len(given):
+                raise ModelError(f"{path}: --shape gives input '{i.name}' {len(given)} dims, but it has {len(declared)}")
+            for d, size in zip(declared, given):
+                if d.HasField("dim_value") and d.dim_value != size:
+                    raise ModelError(f"{path}: --shape gives input '{i.name}' the dims {list(given)}, but its dim {d.dim_value} is fixed")
+                if d.HasField("dim_param"):
+                    bound.setdefault(d.dim_param, size)
+    types, open_dims = [], []
+    for i in inputs:
+        tensor_type = i.type.tensor_type
+        if not i.type.HasField("tensor_type"):
+            raise ModelError(f"{path}: input '{i.name}' is not a tensor")
+        element = ONNX_ELEMENT_TYPES.get(tensor_type.elem_type)
+        if element is None:
+            raise ModelError(f"{path}: input '{i.name}' has element type {onnx_type_name(tensor_type.elem_type)}, which fusecc does not have")
+        if i.name in shapes:
+            types.append(TensorType(tuple(shapes[i.name]), element))
+            continue
+        dims, missing = [], []
+        for axis, d in enumerate(tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            elif d.HasField("dim_param") and d.dim_param in bound:
+                dims.append(bound[d.dim_param])
+            else:
+                missing.append(d.dim_param or f"dim {axis}")
+        if missing:
+            open_dims.append(f"'{i.name}' ({', '.join(missing)})")
+        types.append(TensorType(tuple(dims), element))
+    if open_dims:
+        raise ModelError(
+            f"{path}: inputs with symbolic dims: {'; '.join(open_dims)}. fusecc compiles static shapes: "
+            "give each with --shape NAME=DIMS (an input, e.g. --shape input=1x128, or a dim, e.g. --shape batch_size=1)"
+        )
+    return types
