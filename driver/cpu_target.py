@@ -28,10 +28,14 @@ class CpuTarget(Target):
         return None
 
     def run(self, module, entry, inputs, engine):
+        return self.prepare(module, entry, engine)(inputs)
+
+    def prepare(self, module, entry, engine):
         from fusecc.runtime.cpu.executor import compile_program
 
         run_pipeline(loop_pipeline(), module, PassContext(diagnostics=engine, target="cpu"))
-        return compile_program(module).run(inputs, entry)
+        program = compile_program(module)
+        return lambda inputs: program.run(inputs, entry)
 
 
 class LoopLevelCpuTarget(Target):
@@ -43,6 +47,10 @@ class LoopLevelCpuTarget(Target):
         return NO_LLVMLITE if importlib.util.find_spec("llvmlite") is None else None
 
     def run(self, module, entry, inputs, engine):
+        return self.prepare(module, entry, engine)(inputs)
+
+    def prepare(self, module, entry, engine):
         from fusecc.runtime.cpu.executor import compile_program
 
-        return compile_program(module).run(inputs, entry)
+        program = compile_program(module)
+        return lambda inputs: program.run(inputs, entry)

@@ -26,6 +26,9 @@ class CudaTarget(Target):
         return None
 
     def run(self, module, entry, inputs, engine):
+        return self.prepare(module, entry, engine)(inputs)
+
+    def prepare(self, module, entry, engine):
         from fusecc.compiler.pass_manager import PassContext
         from fusecc.driver.cuda_level import ARCH_HARDWARE, compile_program
 
@@ -34,5 +37,10 @@ class CudaTarget(Target):
         runtime = CudaRuntime()
         context = PassContext(diagnostics=engine, target=ARCH_HARDWARE.get(runtime.arch, "h200"))
         source, manifest = compile_program(module, entry, runtime.arch, context)
-        outputs = runtime.run(manifest, source, inputs)
-        return [outputs[spec.name] for spec in manifest.outputs]
+        program = runtime.prepare(manifest, source)
+
+        def run(inputs):
+            outputs = program(inputs)
+            return [outputs[spec.name] for spec in manifest.outputs]
+
+        return run

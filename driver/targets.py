@@ -28,6 +28,12 @@ class Target:
     def run(self, module: Operation, entry: str, inputs: Sequence[np.ndarray], engine: DiagnosticEngine) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def prepare(self, module: Operation, entry: str, engine: DiagnosticEngine) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+        """Do the work that does not depend on the inputs (compiling) and
+        return the function that runs `entry`, so that `fusecc run` can time
+        the two apart. A target that compiles nothing need not override it."""
+        return lambda inputs: self.run(module, entry, inputs, engine)
+
 
 class ReferenceTarget(Target):
     name = "reference"

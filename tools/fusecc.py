@@ -16,7 +16,6 @@ import importlib
 import json
 import os
 import sys
-import zipfile
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from fusecc.compiler.verifier import verify
 from fusecc.driver.pipelines import EMIT_LEVELS, EmitOptions, is_loop_level, pipeline_for_level
 from fusecc.driver import targets
 
+from fusecc.tools import run_io
 from fusecc.tools.common import EXIT_INTERNAL_ERROR, guarded_main, phase, read_source, write_output
 
 SUBCOMMANDS = ("run", "explain", "report", "cache")
@@ -127,8 +127,10 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", dest="output", default=None, help=".npz to write result0, result1, ... (default: print a summary)")
     p.add_argument("--target", default=None, help=f"where to run: {', '.join(targets.TARGET_NAMES)} (default: cuda with a GPU, else cpu)")
     p.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
-    p.add_argument("--random-inputs", action="store_true", help="fill missing inputs with seeded random data")
+    p.add_argument("--random-inputs", action="store_true", help="fill the inputs missing from --inputs with seeded random data (says which)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
+    p.add_argument("--threads", type=int, default=None, help="threads of the CPU runtimes (sets FUSECC_CPU_WORKERS; default: every CPU this process may use)")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the target and the compile and run times to stderr")
     return p
 
 
@@ -137,23 +139,9 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
     `argN`, else (with --random-inputs) seeded random data."""
     from fusecc.runtime.reference import random_input
 
-    provided: dict[str, np.ndarray] = {}
-    if path is not None:
-        try:
-            data = np.load(path, allow_pickle=False)
-        except FileNotFoundError:
-            raise UsageError(f"could not open inputs file '{path}': no such file") from None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise UsageError(f"could not read inputs file '{path}' as .npz: {exc}") from None
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise UsageError(f"inputs file '{path}' is a single array (.npy); give an .npz of named arrays")
-        try:
-            with data:
-                provided = {k: data[k] for k in data.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise UsageError(f"could not read inputs file '{path}' as .npz: {exc}") from None
+    provided = run_io.read_npz(path) if path is not None else {}
     rng = np.random.default_rng(seed)
-    values, used = [], set()
+    values, used, randomised = [], set(), []
     arguments = func.input_args if func.name == "loop.schedule" else func.arguments
     for index, arg in enumerate(arguments):
         t = arg.type
@@ -165,10 +153,14 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
                 break
         else:
             if not random_inputs:
-                raise UsageError(f"missing input {label} ({t}); give it in --inputs or use --random-inputs")
+                held = f"; {run_io.describe_keys(path, provided)}" if path is not None else ""
+                raise UsageError(f"missing input {label} ({t}){held}; give it in --inputs by name or position (arg{index}), or use --random-inputs")
             values.append(random_input(t, rng))
+            randomised.append(label)
     for key in sorted(set(provided) - used):
         print(f"fusecc run: warning: '{key}' in '{path}' is not an argument of @{func.sym_name}; ignored", file=sys.stderr)
+    if randomised:
+        print(f"fusecc run: note: random data (seed {seed}) for {', '.join(randomised)}", file=sys.stderr)
     return values
 
 
@@ -186,23 +178,33 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     args = run_parser().parse_args(argv)
     module = load(args.input, engine)
     func = entry_function(module, args.entry)
-    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
+    from fusecc.runtime import cache
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UsageError("--threads must be at least 1")
+        os.environ["FUSECC_CPU_WORKERS"] = str(args.threads)
     target = targets.get_loop_level(args.target) if is_loop_level(module) else targets.get(args.target)
+    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
+    timing = run_io.Timing(target.name)
+    hits, builds = cache.counts.hits, cache.counts.builds
     with phase(f"the '{target.name}' target"):
         try:
-            results = target.run(module, func.sym_name, inputs, engine)
+            with run_io.Stopwatch() as compiling:
+                program = target.prepare(module, func.sym_name, engine)
+            with run_io.Stopwatch() as running:
+                results = program(inputs)
         except InterpreterError as exc:
             raise UsageError(str(exc)) from None
+    timing.compile_seconds, timing.run_seconds = compiling.seconds, running.seconds
+    timing.cache_hits, timing.cache_builds = cache.counts.hits - hits, cache.counts.builds - builds
+    if not args.quiet:
+        print(f"fusecc run: {timing.line()}", file=sys.stderr)
+    named = [(f"result{i}", r) for i, r in enumerate(results)]
     if args.output:
-        try:
-            np.savez(args.output, **{f"result{i}": r for i, r in enumerate(results)})
-        except OSError as exc:
-            raise UsageError(f"could not write '{args.output}': {exc.strerror}") from None
+        run_io.write_npz(args.output, dict(named))
     else:
-        for i, r in enumerate(results):
-            flat = np.asarray(r).reshape(-1)
-            preview = ", ".join(f"{v:.6g}" if flat.dtype.kind == "f" else str(v) for v in flat[:6])
-            print(f"result{i}: shape {list(np.shape(r))} {np.asarray(r).dtype} [{preview}{', ...' if flat.size > 6 else ''}]")
+        run_io.write_stdout(run_io.summary(named))
     return 0
 
 

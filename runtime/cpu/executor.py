@@ -98,9 +98,12 @@ _default_pool: WorkerPool | None = None
 
 
 def default_pool() -> WorkerPool:
+    """The shared pool: $FUSECC_CPU_WORKERS threads (what `fusecc run
+    --threads` sets; the CUDA CPU harness reads it too), else one per CPU."""
     global _default_pool
     if _default_pool is None:
-        _default_pool = WorkerPool()
+        requested = os.environ.get("FUSECC_CPU_WORKERS", "")
+        _default_pool = WorkerPool(int(requested) if requested.isdigit() else None)
     return _default_pool
 
 
