@@ -36,3 +36,32 @@ def _compose() -> None:
 
 
 _compose()
+
+
+# The public API, loaded on first use (PEP 562): `import fusecc.compiler`
+# must not pull in the driver, the passes and the backends.
+_LAZY = {
+    "compile": "fusecc.driver.program",
+    "Program": "fusecc.driver.program",
+    "CompileError": "fusecc.driver.program",
+    "InputError": "fusecc.driver.input_check",
+    "LossyConversionWarning": "fusecc.driver.input_check",
+    "parse": "fusecc.compiler.parser",
+    "save_module": "fusecc.compiler.resources",
+}
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fusecc' has no attribute '{name}'")
+    import importlib
+
+    value = getattr(importlib.import_module(module), "parse_module" if name == "parse" else name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -33,8 +33,15 @@ from fusecc.tools.common import EXIT_USER_ERROR, guarded_main, phase, read_sourc
 TARGETS = ("h200", "a100", "cpu")
 
 
+def _version() -> str:
+    from fusecc import __version__
+
+    return __version__
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fusecc-opt", description="Run fusecc pass pipelines on textual IR.")
+    parser.add_argument("--version", action="version", version=f"fusecc-opt {_version()}")
     parser.add_argument("input", nargs="?", default="-", help="input file, or - for stdin (default)")
     parser.add_argument("-p", "--pass-pipeline", dest="pipeline", default="", help="passes to run, e.g. 'canonicalize,cse' or 'builtin.module(func.func(cse))'")
     parser.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
