@@ -304,6 +304,11 @@ def cache_main(argv: list[str], engine: DiagnosticEngine) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        from fusecc import __version__
+
+        print(f"fusecc {__version__}")
+        return 0
     body = {"run": run_main, "explain": explain_main, "report": report_main, "cache": cache_main}.get(argv[0] if argv else "", None)
     if body is not None:
         return guarded_main(f"fusecc {argv[0]}", lambda engine: body(argv[1:], engine), SourceManager())
