@@ -20,3 +20,5 @@ def test_golden(path: pathlib.Path):
         text=True,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    # lit exits 0 for UNSUPPORTED too: only a PASS is a pass.
+    assert f"PASS: fusecc :: {path.relative_to(ROOT)}" in proc.stdout, proc.stdout[-6000:]

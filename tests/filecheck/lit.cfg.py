@@ -16,16 +16,8 @@ config.environment["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", ""
 for name in ("HOME", "TMPDIR", "PYTHONPATH", "FUSECC_CACHE_DIR"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
-# `REQUIRES: loop-pipeline`: tests that compile tensor programs down to
-# loops (and LLVM IR) run once those passes are registered.
-try:
-    from fusecc.compiler.pass_manager import parse_pipeline
-    from fusecc.driver.pipelines import pipeline_for_level
-
-    parse_pipeline(pipeline_for_level("loop", target="cpu"))
-    config.available_features.add("loop-pipeline")
-except Exception:
-    pass
+# No optional features: every golden test runs everywhere. lit counts an
+# UNSUPPORTED test as a success, so tests/test_filecheck.py accepts only PASS.
 
 # Golden outputs must not depend on the machine running them.
 config.environment["FUSECC_DETERMINISTIC"] = "1"

@@ -136,7 +136,7 @@ def test_compile_program_gives_what_the_cuda_target_launches(cuda_cache_dir):
     source, manifest = compile_program(module, "main", "sm_80")
     assert manifest.arch == "sm_80" and manifest.entry == "main"
     got = run_on_cpu(manifest, source, inputs, cache_dir=cuda_cache_dir)
-    for spec, want in zip(manifest.outputs, expected):
+    for spec, want in zip(manifest.outputs, expected, strict=True):
         np.testing.assert_array_equal(got[spec.name], want)
 
 
@@ -154,6 +154,6 @@ def test_the_cuda_target_runs_emitted_kernels_on_a_gpu():
         inputs = _program_inputs(module)
         expected = run_schedule(module, "main", inputs)
         got = CudaTarget().run(_load(path), "main", inputs, DiagnosticEngine())
-        for want, have in zip(expected, got):
+        for want, have in zip(expected, got, strict=True):
             scale = float(np.max(np.abs(want))) if want.size else 0.0
             np.testing.assert_allclose(np.asarray(have, np.float64), np.asarray(want, np.float64), rtol=1e-5, atol=1e-5 * scale, err_msg=path.name)

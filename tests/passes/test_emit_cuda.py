@@ -76,7 +76,7 @@ def test_emitted_kernels_match_the_loop_interpreter_on_the_cpu_harness(emitted, 
     inputs = [random_input(TensorType(a.type.shape, a.type.element_type), rng) for a in schedule.input_args]
     expected = run_schedule(module, schedule.sym_name, inputs)
     got = execute.run_on_cpu(build_manifest(module, cuda, f"{name}.cu"), cuda.text, inputs, cache_dir=cuda_cache_dir)
-    for spec, want in zip(schedule.outputs, expected):
+    for spec, want in zip(schedule.outputs, expected, strict=True):
         have = got[spec]
         assert have.shape == want.shape and have.dtype == want.dtype
         if name in ROUNDED:

@@ -29,7 +29,7 @@ def test_cleanup_keeps_numbers_and_reaches_a_fixed_point(program):
     size = count_ops(module)
     run_pipeline(CLEANUP, module)
     after = [run_all(module, seed=1), run_all(module, special=3)]
-    for b, a in zip(before, after):
+    for b, a in zip(before, after, strict=True):
         assert_exact(b["main"], a["main"], "canonicalize,cse,dce")
     assert count_ops(module) <= size
     once = print_op(module)
@@ -46,7 +46,7 @@ def test_each_pass_keeps_numbers(pipeline, program):
     before = [run_all(module, seed=3), run_all(module, special=special)]
     run_pipeline(parse_pipeline(pipeline), module)
     after = [run_all(module, seed=3), run_all(module, special=special)]
-    for b, a in zip(before, after):
+    for b, a in zip(before, after, strict=True):
         assert_exact(b["main"], a["main"], pipeline)
 
 
@@ -61,5 +61,5 @@ def test_decompose_then_cleanup_is_exact(program):
     run_pipeline(parse_pipeline("decompose,canonicalize,cse,dce"), module)
     assert not any(op.name in ("tensor.softmax", "tensor.layernorm", "tensor.gelu") for op in module.walk())
     after = [run_all(module, seed=2), run_all(module, special=special)]
-    for b, a in zip(before, after):
+    for b, a in zip(before, after, strict=True):
         assert_exact(b["main"], a["main"], "decompose,canonicalize,cse,dce")

@@ -112,7 +112,7 @@ def test_siblings_merge_only_as_far_as_the_lowering_reads_their_weights_piece_by
 
 
 def assert_same_numbers(before, after):
-    for a, b in zip(before, after):
+    for a, b in zip(before, after, strict=True):
         a, b = np.asarray(a), np.asarray(b)
         if a.dtype.kind == "f":
             np.testing.assert_allclose(b.astype(np.float64), a.astype(np.float64), rtol=2e-4, atol=2e-5)

@@ -22,7 +22,7 @@ def evaluate_quietly(program, inputs):
 
 
 def assert_same_numbers(before, after):
-    for a, b in zip(before, after):
+    for a, b in zip(before, after, strict=True):
         a, b = np.asarray(a), np.asarray(b)
         if a.dtype.kind == "f":
             np.testing.assert_allclose(b.astype(np.float64), a.astype(np.float64), rtol=1e-4, atol=1e-5, equal_nan=True)

@@ -101,7 +101,7 @@ def assert_lowering_matches(source, hardware: Hardware, seed: int = 0, rtol: flo
     got = run_schedule(lowered, "main", inputs)
     expected = evaluate(module, "main", inputs)
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype and g.shape == e.shape
         np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
     return lowered

@@ -65,16 +65,7 @@ def _inside_part(op):
 
 
 def test_horizontal_parts_that_need_their_own_kernels():
-    from fusecc.passes.lowering.interface import TEMPLATES
-    from fusecc.passes.lowering.driver import load_templates
-
-    load_templates()
-    module = parse(HORIZONTAL_WITH_LEFTOVERS)
-    if "matmul" not in TEMPLATES:
-        with pytest.raises(Exception, match="no kernel template for kind 'matmul'"):
-            check_lowering(module, "h200")
-        return
-    lowered = check_lowering(module, "h200")
+    lowered = check_lowering(parse(HORIZONTAL_WITH_LEFTOVERS), "h200")
     assert launches(lowered)[0] == "fused_0_horizontal"
 
 
@@ -130,14 +121,7 @@ func.func @main(%x: tensor<4x6xf32>, %y: tensor<6x4xf32>, %n: tensor<4x6xi32>) -
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_unfused_programs_lower_op_by_op(target):
-    from fusecc.passes.lowering.interface import TEMPLATES
-    from fusecc.passes.lowering.driver import load_templates
-
-    load_templates()
-    module = parse(UNFUSED)
-    if "matmul" not in TEMPLATES:
-        pytest.skip("the matmul template has not landed")
-    check_lowering(module, target, REDUCTION)
+    check_lowering(parse(UNFUSED), target, REDUCTION)
 
 
 UNFUSED_NO_MATMUL = """

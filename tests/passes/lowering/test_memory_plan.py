@@ -313,5 +313,5 @@ def test_random_schedules_plan_soundly_and_compute_the_same(text):
     assert check_plan(schedule, 64) == [], print_op(schedule)
     assert schedule.arena_size == plan.arena_size <= plan.naive_size == naive.lookup("main").arena_size
     # the planned program computes the same, though buffers now share bytes
-    for a, b in zip(run_schedule(parse_module(print_op(module)), "main", inputs), expected):
+    for a, b in zip(run_schedule(parse_module(print_op(module)), "main", inputs), expected, strict=True):
         np.testing.assert_array_equal(a, b)

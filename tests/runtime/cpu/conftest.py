@@ -15,8 +15,6 @@ for folder in (HERE, HERE.parents[2] / "benchmarks"):  # cpu_tolerance, cpu_kern
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-pytest.importorskip("llvmlite.binding")
-
 
 @pytest.fixture(scope="session", autouse=True)
 def private_object_cache(tmp_path_factory):

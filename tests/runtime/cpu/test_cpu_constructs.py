@@ -24,7 +24,7 @@ def build(w: Writer, inputs, outputs, kernels=None):
 def check(module, inputs, exact=True, vectorize="explicit"):
     got = compile_program(module, vectorize).run(inputs)
     want = run_schedule(module, "main", inputs)
-    for g, v in zip(got, want):
+    for g, v in zip(got, want, strict=True):
         (assert_exact if exact else assert_kernel_close)(g, v)
     return got, compile_program(module, vectorize).llvm.text
 

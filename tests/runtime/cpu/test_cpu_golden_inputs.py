@@ -30,5 +30,5 @@ def test_golden_input_matches_the_interpreter(path):
     inputs = [random_input(TensorType(a.type.shape, a.type.element_type), rng) for a in schedule.input_args]
     got = compile_program(module).run(inputs)
     want = run_schedule(module, "main", inputs)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert_exact(g, w)

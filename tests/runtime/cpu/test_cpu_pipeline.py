@@ -2,7 +2,7 @@
 loops, compiled by the CPU backend. The compiled module gives the loop
 interpreter's numbers for that same module (within the tolerance policy),
 and the program gives the reference interpreter's numbers (up to summation
-order). Skipped while the lowering passes are not registered."""
+order)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,6 @@ from fusecc.driver.measure import PROGRAM_RTOL
 from fusecc.runtime.reference import evaluate, random_model_input
 
 from cpu_tolerance import assert_kernel_close
-
-UNAVAILABLE = CpuTarget().available()
-pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
 
 EXAMPLES = sorted((pathlib.Path(__file__).parents[3] / "examples").glob("*.ir"))
 
@@ -54,7 +51,7 @@ def test_example_on_the_cpu_matches_the_reference(path):
     inputs = scaled_inputs(func, np.random.default_rng(3))
     want = evaluate(module, func.sym_name, inputs)
     got = CpuTarget().run(parse_module(text), func.sym_name, inputs, DiagnosticEngine())
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         assert_close_to(g, w, PROGRAM_RTOL)
 
@@ -118,6 +115,6 @@ def test_lowered_program_matches_the_loop_interpreter_and_the_reference(name):
     got = compile_program(module).run(inputs, func.sym_name)
     interpreted = run_schedule(module, func.sym_name, inputs)
     reference = evaluate(reference_module, func.sym_name, inputs)
-    for g, i, r in zip(got, interpreted, reference):
+    for g, i, r in zip(got, interpreted, reference, strict=True):
         assert_kernel_close(g, i)
         assert_close_to(g, r, 1e-5 if g.dtype == np.float32 and name != "layout_and_narrow_types" else 1e-2)

@@ -90,5 +90,5 @@ def test_random_kernel_matches_the_interpreter_bit_for_bit(seed):
     module, inputs = random_kernel(seed)
     got = compile_program(module).run(inputs)
     want = run_schedule(module, "main", inputs)
-    for g, v in zip(got, want):
+    for g, v in zip(got, want, strict=True):
         assert_exact(g, v)

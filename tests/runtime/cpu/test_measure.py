@@ -121,7 +121,7 @@ def test_unfused_and_fused_programs_agree_with_each_other_and_the_reference():
     inputs = measure.model_inputs(program.lookup("main"), seed=3)
     want = evaluate(program, "main", inputs)  # the program itself is left unchanged
     unfused, fused = (v.program.run(inputs, "main") for v in variants)
-    for u, f, w in zip(unfused, fused, want):
+    for u, f, w in zip(unfused, fused, want, strict=True):
         scale = float(np.max(np.abs(w)))
         np.testing.assert_allclose(f, u, rtol=0, atol=measure.PROGRAM_RTOL * scale)
         np.testing.assert_allclose(f, w, rtol=0, atol=measure.PROGRAM_RTOL * scale)

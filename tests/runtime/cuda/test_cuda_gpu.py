@@ -128,6 +128,6 @@ def test_examples_match_the_reference_on_the_gpu(example):
     module = parse_module(text, example.name)
     verify(module)
     got = CudaTarget().run(module, func.sym_name, inputs, DiagnosticEngine())
-    for want, have in zip(expected, got):
+    for want, have in zip(expected, got, strict=True):
         scale = float(np.max(np.abs(want)))
         np.testing.assert_allclose(np.asarray(have, np.float64), np.asarray(want, np.float64), rtol=0, atol=1e-4 * scale)
