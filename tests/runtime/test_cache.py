@@ -176,3 +176,39 @@ def test_clear_removes_entries_and_nothing_else(root):
     freed = cache.clear()
     assert freed >= 110 and cache.entries() == []
     assert (root / "notes.txt").read_text() == "the user's file"
+
+
+def test_cubins_are_cache_entries_checked_before_loading(root, monkeypatch):
+    """CudaRuntime.cubin without a GPU: NVRTC is replaced by a stub that
+    counts compiles, the rest is the code a GPU run takes."""
+    from types import SimpleNamespace
+
+    from fusecc.runtime.cuda import runtime as cuda_runtime
+
+    compiles = []
+    monkeypatch.setattr(cuda_runtime, "nvrtc_version", lambda: (12, 8))
+    monkeypatch.setattr(cuda_runtime, "compile_cuda", lambda source, *a, **k: compiles.append(source) or SimpleNamespace(code=b"cubin of " + source.encode()))
+    gpu = cuda_runtime.CudaRuntime.__new__(cuda_runtime.CudaRuntime)
+    gpu.arch, gpu.options, gpu.cache_root = "sm_90", cuda_runtime.NvrtcOptions(), None
+    path = gpu.cubin("__global__ void k() {}")
+    assert path.read_bytes() == b"cubin of __global__ void k() {}" and root in path.parents
+    assert gpu.cubin("__global__ void k() {}") == path and len(compiles) == 1
+    path.write_bytes(b"someone else's cubin")
+    assert gpu.cubin("__global__ void k() {}").read_bytes() == b"cubin of __global__ void k() {}" and len(compiles) == 2
+
+
+def test_a_tampered_cpu_harness_library_is_rebuilt_not_loaded(root):
+    import shutil as sh
+
+    if sh.which("g++") is None:
+        pytest.skip("no host C++ compiler")
+    from fusecc.runtime.cuda.cpu_harness.loader import CpuModule
+
+    source = "__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+    defines = ("FUSECC_CACHE_TEST",)  # no precompiled header: one compile each
+    first = CpuModule.compile(source, "twice.cu", cache_dir=root, defines=defines)
+    assert first.compiled and root in first.library.parents
+    assert not CpuModule.compile(source, "twice.cu", cache_dir=root, defines=defines).compiled
+    first.library.write_bytes(first.library.read_bytes() + b"\0")  # any change at all
+    again = CpuModule.compile(source, "twice.cu", cache_dir=root, defines=defines)
+    assert again.compiled
