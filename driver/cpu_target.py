@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
+from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.driver.pipelines import pipeline_for_level
 from fusecc.driver.targets import Target
 
@@ -19,13 +19,7 @@ class CpuTarget(Target):
     name = "cpu"
 
     def available(self):
-        if importlib.util.find_spec("llvmlite") is None:
-            return NO_LLVMLITE
-        try:
-            loop_pipeline()
-        except PipelineError as exc:
-            return f"target 'cpu' needs the lowering to the loop level, which is not available yet ({exc}); use --target reference"
-        return None
+        return NO_LLVMLITE if importlib.util.find_spec("llvmlite") is None else None
 
     def run(self, module, entry, inputs, engine):
         return self.prepare(module, entry, engine)(inputs)

@@ -160,17 +160,12 @@ ARCH_HARDWARE = {"sm_80": "a100", "sm_90": "h200"}
 def lower_to_cuda(module: Operation, arch: str = "sm_90", context=None, filename: str | None = None) -> CudaSource:
     """The CUDA C of `module` tiled for a GPU of `arch`: the CUDA pipeline
     first (fuse, tile, lower, plan) unless the module is loop IR already."""
-    from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
+    from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
     from fusecc.driver.pipelines import is_loop_level, pipeline_for_level
 
     if not is_loop_level(module):
         target = ARCH_HARDWARE.get(arch, "h200")
-        try:
-            pipeline = parse_pipeline(pipeline_for_level("cuda", target=target, arch=arch))
-        except PipelineError as exc:
-            from fusecc.compiler.diagnostics import UsageError
-
-            raise UsageError(f"target 'cuda': the lowering to loops is not available yet ({exc})") from None
+        pipeline = parse_pipeline(pipeline_for_level("cuda", target=target, arch=arch))
         run_pipeline(pipeline, module, context or PassContext(target=target))
     try:
         return emit_cuda(module, filename)

@@ -19,10 +19,6 @@ class CudaTarget(Target):
         reason = gpu_unavailable_reason()
         if reason is not None:
             return f"target 'cuda' cannot run here: {reason}; use --target cpu to run on the CPU"
-        from fusecc.driver.pipelines import EMIT_LEVELS
-
-        if EMIT_LEVELS["cuda"].emitter is None:
-            return "target 'cuda': the CUDA C emitter has not landed yet; use --target cpu (or --target reference)"
         return None
 
     def run(self, module, entry, inputs, engine):

@@ -1,7 +1,7 @@
 """Where `fusecc run` executes a program.
 
-Each target is a name and a runner; a target that is not built yet, or
-cannot run on this machine, says so plainly instead of failing deep inside.
+Each target is a name and a runner; a target that cannot run on this
+machine says so plainly instead of failing deep inside.
 """
 
 from __future__ import annotations
@@ -42,16 +42,6 @@ class ReferenceTarget(Target):
         from fusecc.runtime.reference import evaluate
 
         return evaluate(module, entry, inputs)
-
-
-class PlannedTarget(Target):
-    """A target whose implementation has not landed yet."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def available(self):
-        return f"target '{self.name}' is not implemented yet; use --target reference"
 
 
 def _cuda_target() -> Target:

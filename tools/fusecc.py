@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -22,7 +21,7 @@ import numpy as np
 from fusecc.compiler.diagnostics import DiagnosticEngine, SourceManager, UsageError
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.parser import parse_module
-from fusecc.compiler.pass_manager import PassContext, PipelineError, parse_pipeline, run_pipeline
+from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 from fusecc.driver.pipelines import EMIT_LEVELS, EmitOptions, is_loop_level, pipeline_for_level
@@ -94,14 +93,11 @@ def compile_parser() -> argparse.ArgumentParser:
 
 def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     args = compile_parser().parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     level = args.emit or "cuda"
     target = args.target or ("cpu" if level in ("llvm",) else gpu_of_arch(args.arch).name)
     if not (EMIT_LEVELS[level].from_loops and is_loop_level(module)):
-        try:
-            pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))
-        except PipelineError as exc:
-            raise UsageError(f"--emit={level} is not available yet: {exc}") from None
+        pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))
         run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
     emitter = EMIT_LEVELS[level].emitter
     if emitter is None:
@@ -176,7 +172,7 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.runtime.reference import InterpreterError
 
     args = run_parser().parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     func = entry_function(module, args.entry)
     from fusecc.runtime import cache
 
@@ -211,29 +207,19 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
 # --------------------------------------------------------------------------- explain / report
 
 
-def _reporting():
-    """The fusion report module, or a plain error while it has not landed."""
-    try:
-        return importlib.import_module("fusecc.driver.reporting")
-    except ModuleNotFoundError as exc:
-        if exc.name != "fusecc.driver.reporting":
-            raise
-        raise UsageError("fusion reports are not available yet (fusecc.driver.reporting is missing)") from None
-
-
 def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
-    reporting = _reporting()
+    from fusecc.driver import reporting
 
     p = argparse.ArgumentParser(prog="fusecc explain", description="Explain every fusion decision as remarks.")
     p.add_argument("input")
     p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
     args = p.parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     return reporting.explain(module, args.target, engine)
 
 
 def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
-    reporting = _reporting()
+    from fusecc.driver import reporting
 
     p = argparse.ArgumentParser(
         prog="fusecc report",
@@ -254,7 +240,7 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     source.add_argument("--show-source", metavar="KERNEL", default=None, help="print a kernel's source (a name such as fused_3_reduction, or a group id) instead of the report")
     source.add_argument("--level", choices=reporting.SOURCE_LEVELS, default=None, help="loop IR, LLVM IR or CUDA C (default: llvm for the cpu, cuda for a GPU)")
     args = p.parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     if args.show_source is not None:
         if args.measure or args.json:
             raise UsageError("--show-source prints one kernel's source; run it without --measure and --json")

@@ -114,9 +114,16 @@ def test_entry_selection(program, tmp_path, capsys):
 def test_target_errors(program, capsys, monkeypatch):
     code, _, err = run([program, "--random-inputs", "--target", "tpu"], capsys)
     assert code == 1 and err.startswith("fusecc run: error: unknown target 'tpu'; choose one of reference")
-    monkeypatch.setitem(targets._TARGETS, "future", lambda: targets.PlannedTarget("future"))
-    code, _, err = run([program, "--random-inputs", "--target", "future"], capsys)
-    assert code == 1 and "target 'future' is not implemented yet; use --target reference" in err
+
+    class Unavailable(targets.Target):
+        name = "elsewhere"
+
+        def available(self):
+            return "target 'elsewhere' cannot run here; use --target reference"
+
+    monkeypatch.setitem(targets._TARGETS, "elsewhere", Unavailable)
+    code, _, err = run([program, "--random-inputs", "--target", "elsewhere"], capsys)
+    assert code == 1 and "target 'elsewhere' cannot run here; use --target reference" in err
 
 
 def test_bad_files(program, tmp_path, capsys):
