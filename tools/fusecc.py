@@ -93,7 +93,7 @@ def compile_parser() -> argparse.ArgumentParser:
 
 def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     args = compile_parser().parse_args(argv)
-    module = load(args.input, engine, args)
+    module = load(args.input, engine)
     level = args.emit or "cuda"
     target = args.target or ("cpu" if level in ("llvm",) else gpu_of_arch(args.arch).name)
     if not (EMIT_LEVELS[level].from_loops and is_loop_level(module)):
@@ -172,7 +172,7 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.runtime.reference import InterpreterError
 
     args = run_parser().parse_args(argv)
-    module = load(args.input, engine, args)
+    module = load(args.input, engine)
     func = entry_function(module, args.entry)
     from fusecc.runtime import cache
 
@@ -214,7 +214,7 @@ def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
     p.add_argument("input")
     p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
     args = p.parse_args(argv)
-    module = load(args.input, engine, args)
+    module = load(args.input, engine)
     return reporting.explain(module, args.target, engine)
 
 
@@ -240,7 +240,7 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     source.add_argument("--show-source", metavar="KERNEL", default=None, help="print a kernel's source (a name such as fused_3_reduction, or a group id) instead of the report")
     source.add_argument("--level", choices=reporting.SOURCE_LEVELS, default=None, help="loop IR, LLVM IR or CUDA C (default: llvm for the cpu, cuda for a GPU)")
     args = p.parse_args(argv)
-    module = load(args.input, engine, args)
+    module = load(args.input, engine)
     if args.show_source is not None:
         if args.measure or args.json:
             raise UsageError("--show-source prints one kernel's source; run it without --measure and --json")
