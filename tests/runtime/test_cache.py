@@ -204,11 +204,14 @@ def test_a_tampered_cpu_harness_library_is_rebuilt_not_loaded(root):
         pytest.skip("no host C++ compiler")
     from fusecc.runtime.cuda.cpu_harness.loader import CpuModule
 
-    source = "__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+    source = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n'
     defines = ("FUSECC_CACHE_TEST",)  # no precompiled header: one compile each
     first = CpuModule.compile(source, "twice.cu", cache_dir=root, defines=defines)
     assert first.compiled and root in first.library.parents
     assert not CpuModule.compile(source, "twice.cu", cache_dir=root, defines=defines).compiled
-    first.library.write_bytes(first.library.read_bytes() + b"\0")  # any change at all
+    # Any change at all; by a new file, since the loaded library is mapped into this process.
+    tampered = first.library.with_name("tampered")
+    tampered.write_bytes(first.library.read_bytes() + b"\0")
+    os.replace(tampered, first.library)
     again = CpuModule.compile(source, "twice.cu", cache_dir=root, defines=defines)
     assert again.compiled
