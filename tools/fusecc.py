@@ -161,11 +161,23 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
 
 
 def check_input(array: np.ndarray, t, what: str) -> np.ndarray:
-    if tuple(array.shape) != tuple(t.shape):
-        raise UsageError(f"{what} has shape {list(array.shape)}, but {t} needs {list(t.shape)}")
-    if array.dtype.kind not in "biuf":
-        raise UsageError(f"{what} has dtype {array.dtype}, which cannot become {t.element_type}")
-    return array
+    """The array converted to the argument's type (driver/input_check.py).
+    A conversion that changes values (float64 -> f32, int64 beyond i32) is
+    made with a warning that says how many values change and by how much;
+    one that changes none (int64 ids that fit i32) is silent."""
+    import warnings
+
+    from fusecc.driver.input_check import LossyConversionWarning, check_input as checked
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LossyConversionWarning)
+        converted = checked(array, t, what, lossy="warn")
+    for warning in caught:
+        if issubclass(warning.category, LossyConversionWarning):
+            print(f"fusecc run: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return converted
 
 
 def run_main(argv: list[str], engine: DiagnosticEngine) -> int:

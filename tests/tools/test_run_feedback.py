@@ -121,3 +121,27 @@ def test_threads_sets_the_cpu_runtimes_worker_count(program, monkeypatch, capsys
     assert os.environ["FUSECC_CPU_WORKERS"] == "3"
     assert driver.main(["run", str(program), "--random-inputs", "--threads", "0"]) == 1
     assert "--threads must be at least 1" in capsys.readouterr().err
+
+
+def test_lossy_conversions_are_made_with_a_warning_that_says_how_much(program, tmp_path, capsys):
+    x64 = np.array([0.1, 0.2, 1e-9], np.float64)  # not exact in f32
+    np.savez(tmp_path / "in.npz", x=x64, y=np.ones(3, np.float64))  # ones are exact: no warning for y
+    out = tmp_path / "out.npz"
+    assert driver.main(["run", str(program), "--inputs", str(tmp_path / "in.npz"), "--target", "reference", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "fusecc run: warning: input 'x' (arg0) of @main is float64 and becomes f32: 3 of 3 values change (by up to" in err
+    assert "'y' (arg1)" not in err
+    with np.load(out) as saved:
+        assert saved["result0"].dtype == np.float32
+        np.testing.assert_array_equal(saved["result0"], x64.astype(np.float32))
+
+
+def test_int64_inputs_that_fit_pass_quietly_and_those_that_do_not_warn(tmp_path, capsys):
+    path = tmp_path / "ids.ir"
+    path.write_text(PROGRAM.replace("f32", "i32"))
+    np.savez(tmp_path / "fits.npz", x=np.arange(3, dtype=np.int64), y=np.ones(3, np.int64))
+    assert driver.main(["run", str(path), "--inputs", str(tmp_path / "fits.npz"), "--target", "reference", "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    np.savez(tmp_path / "big.npz", x=np.array([1, 2, 1 << 40]), y=np.ones(3, np.int64))
+    assert driver.main(["run", str(path), "--inputs", str(tmp_path / "big.npz"), "--target", "reference", "-q"]) == 0
+    assert "input 'x' (arg0) of @main is int64 and becomes i32: 1 of 3 values change" in capsys.readouterr().err
