@@ -263,7 +263,8 @@ class LoopInterpreter:
                 results = yield from self.run_block(op.regions[region].block, env)
                 env.update(zip(op.results, results))
             elif name == "loop.barrier":
-                yield BARRIER
+                if _in_thread_loop(op):  # at block level, thread loops already ran one after another: nothing to wait for
+                    yield BARRIER
             elif name == "loop.shuffle_xor":
                 env[op.result] = yield ("shuffle", env[op.value], op.offset)
             else:
@@ -382,6 +383,13 @@ class LoopInterpreter:
             env[op.result] = view_bytes(as_bytes(env[op.source]), op.offset, op.result.type)
         else:
             raise InterpreterError(f"the loop interpreter cannot run '{name}'")
+
+
+def _in_thread_loop(op: Operation) -> bool:
+    parent = op.parent_op
+    while parent is not None and not (parent.name == "loop.parallel" and parent.maps_threads):
+        parent = parent.parent_op
+    return parent is not None
 
 
 def run_schedule(module: Operation, name: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

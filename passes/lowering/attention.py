@@ -324,7 +324,6 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
 
             def kv_step(k0: Value, m: Value, l: Value, *o: Value) -> list[Value]:
                 stage_kv(k0)
-                w.barrier()
 
                 def dot_step(d: Value, *sums: Value) -> list[Value]:
                     qd = w.load(q_tile, [row, d])
@@ -346,14 +345,12 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 l_new = s.add(s.mul(l, alpha), row_reduce(row_sum, s.add))
                 for u in range(scores_per_thread):
                     w.store(p[u], p_tile, [row, key_cols[u]])
-                w.barrier()
 
                 def pv_step(j: Value, *acc: Value) -> list[Value]:
                     pj = w.load(p_tile, [row, j])
                     return [s.add(acc[u], s.mul(pj, w.load(v_tile, [j, dv_cols[u]], dv_ok[u]))) for u in range(outputs_per_thread)]
 
                 o = w.named_loop(w.for_(0, bt, 1, pv_step, [s.mul(x, alpha) for x in o], "j"), "o")
-                w.barrier()
                 return [m_new, l_new, *o]
 
             init = [scores.minus_inf, s.const(0.0)] + [s.const(0.0)] * outputs_per_thread

@@ -55,6 +55,7 @@ from fusecc.compiler.traits import Pure
 from fusecc.compiler.types import MemRefType, ScalarType, f32, i1, index
 from fusecc.dialects import arith, loop
 
+from fusecc.passes.lowering.barriers import place_barriers_in
 from fusecc.passes.lowering.scalar_emitter import IndexMath, ScalarEmitter, Scalars, _number_attr, visible_here
 
 IndexLike = Value | int
@@ -285,9 +286,6 @@ class KernelBuilder:
         return list(op.results)
 
     # --- GPU cooperation -----------------------------------------------------------
-    def barrier(self) -> None:
-        self.b.create(loop.BarrierOp)
-
     def shuffle_xor(self, value: Value, offset: int) -> Value:
         return self.b.create(loop.ShuffleXorOp, [value], {"offset": offset}).result
 
@@ -321,7 +319,16 @@ def build_kernel(kb: KernelBuilder, parts: Sequence[Part], threads: int = 1) -> 
         kb.parallel([total], ["block.x" if gpu else "worker"], outer, ["block" if gpu else "unit"])
     kb.b.create(loop.ReturnOp)
     prune(kb.kernel)
+    place_kernel_barriers(kb.kernel)
     return kb.kernel
+
+
+def place_kernel_barriers(kernel: loop.KernelOp) -> None:
+    """Templates write no barriers: the barrier pass places them where the
+    kernel's shared memory needs them (again after memory planning, for
+    arguments a launch makes overlap)."""
+    if kernel.is_gpu:
+        place_barriers_in(kernel)
 
 
 def prune(kernel: loop.KernelOp) -> None:

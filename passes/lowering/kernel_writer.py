@@ -26,7 +26,7 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
 from fusecc.passes.lowering.interface import group_io_kernel, input_buffers, output_buffers
-from fusecc.passes.lowering.kernel_builder import KernelBuilder, ceil_div, prune
+from fusecc.passes.lowering.kernel_builder import KernelBuilder, ceil_div, place_kernel_barriers, prune
 from fusecc.passes.lowering.scalar_emitter import Index, IndexMath, ScalarEmitter
 
 
@@ -102,6 +102,7 @@ class KernelWriter(KernelBuilder):
     def finish(self) -> loop.KernelOp:
         self.b.create(loop.ReturnOp)
         prune(self.kernel)
+        place_kernel_barriers(self.kernel)
         return self.kernel
 
     def store(self, value: Value, buffer: Value, idx: Sequence, guard: Value | None = None) -> None:

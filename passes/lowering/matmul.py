@@ -541,9 +541,7 @@ def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTil
             def k_step(ks: Span, k0: Value, *acc: Value) -> list[Value]:
                 stage(a_tile, problem.lhs, False, k0, ks)
                 stage(b_tile, problem.rhs, True, k0, ks)
-                w.barrier()
                 acc = w.named_loop(w.for_(0, bk, 1, multiply, acc, "kk", unroll=bk), "acc")
-                w.barrier()
                 return acc
 
             # One K loop per range of K pieces, each carrying the accumulators on.

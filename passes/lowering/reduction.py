@@ -237,13 +237,11 @@ class GpuRow:
         buffers = [self.partials.buffer(self.kb, s.type) for s in stats]
         for i, (acc, buffer) in enumerate(zip(accs, buffers)):
             kb.store(acc, buffer, [i, warp_id], leader)
-        kb.barrier()
         first = kb.im.mul(self.row_in_block, kb.im.const(warps))
         out = []
         for i, (s, buffer) in enumerate(zip(stats, buffers)):
             fold = lambda w, acc, s=s, buffer=buffer, i=i: [combine(kb, s.combine, acc, kb.load(buffer, [i, kb.im.add(first, w)]))]  # noqa: E731
             out += kb.for_(0, warps, 1, fold, [identity(kb, s.combine, s.type)], name="w")
-        kb.barrier()
         return out
 
     def each(self, lo, hi, body: Callable[[Value], None]) -> None:
