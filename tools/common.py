@@ -36,10 +36,26 @@ def read_source(path: str) -> tuple[str, str]:
         raise UsageError(f"could not open input file '{path}': {exc.strerror}") from None
 
 
-def write_output(path: str | None, text: str) -> None:
-    if path in (None, "-"):
+def write_stdout(text: str) -> None:
+    """Write to standard output; a failed write (a full disk, /dev/full) is a
+    user error. A closed pipe (`| head`) stays the quiet exit it is everywhere."""
+    try:
         sys.stdout.write(text)
         sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        # Python would flush the same text again at exit and fail again; point
+        # standard output at /dev/null so that the error is reported once.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise UsageError(f"could not write to standard output: {exc.strerror or exc}") from None
+
+
+def write_output(path: str | None, text: str) -> None:
+    if path in (None, "-"):
+        write_stdout(text)
         return
     try:
         with open(path, "w", encoding="utf-8") as f:

@@ -13,9 +13,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import time
 import zipfile
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fusecc.compiler.diagnostics import UsageError
+from fusecc.tools.common import write_stdout  # noqa: F401 (run's summary goes through it)
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with entries, an empty zip
 NPY_MAGIC = b"\x93NUMPY"
@@ -72,23 +71,6 @@ def write_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
             np.savez(f, **arrays)
     except OSError as exc:
         raise UsageError(f"could not write '{path}': {exc.strerror or exc}") from None
-
-
-def write_stdout(text: str) -> None:
-    """Write to standard output; a failed write (a full disk, /dev/full) is a
-    user error. A closed pipe (`| head`) stays the quiet exit it is everywhere."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        # Python would flush the same text again at exit and fail again; point
-        # standard output at /dev/null so that the error is reported once.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        raise UsageError(f"could not write to standard output: {exc.strerror or exc}") from None
 
 
 def summary(results: Sequence[tuple[str, np.ndarray]]) -> str:

@@ -145,3 +145,11 @@ def test_int64_inputs_that_fit_pass_quietly_and_those_that_do_not_warn(tmp_path,
     np.savez(tmp_path / "big.npz", x=np.array([1, 2, 1 << 40]), y=np.ones(3, np.int64))
     assert driver.main(["run", str(path), "--inputs", str(tmp_path / "big.npz"), "--target", "reference", "-q"]) == 0
     assert "input 'x' (arg0) of @main is int64 and becomes i32: 1 of 3 values change" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tool, args", [("fusecc.tools.fusecc", ["--emit=tensor"]), ("fusecc.tools.opt", [])], ids=["fusecc", "fusecc-opt"])
+def test_the_compilers_standard_output_write_errors_are_user_errors(program, tool, args):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", tool, str(program), *args], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 1 and "could not write to standard output: No space left on device" in proc.stderr
+    assert "internal compiler error" not in proc.stderr
