@@ -25,7 +25,7 @@ from fusecc.compiler import parse_module, verify
 from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.runtime.cpu.executor import CompiledProgram, WorkerPool
 from fusecc.driver.cpu_target import loop_pipeline
-from fusecc.runtime.reference import random_model_input
+from fusecc.driver.inputs import random_input_with_shrunk_weights
 
 # name -> (M, K, [N per sibling]); several Ns: merged siblings (concatenated weights)
 SHAPES = {
@@ -65,7 +65,7 @@ def kernel_rates(m: int, k: int, ns: list[int], threads: int, reps: int) -> tupl
     verify(module)
     func = module.lookup("main")
     rng = np.random.default_rng(0)
-    inputs = [random_model_input(t, rng) for t in func.function_type.inputs]
+    inputs = [random_input_with_shrunk_weights(t, rng) for t in func.function_type.inputs]
     run_pipeline(loop_pipeline(), module, PassContext(target="cpu"))
     compiled = CompiledProgram(module, pool=WorkerPool(threads))
     compiled.run(inputs, "main")  # warm-up (and compilation)

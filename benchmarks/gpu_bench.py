@@ -41,7 +41,7 @@ from fusecc.compiler import parse_module, verify
 from fusecc.passes.backends.hardware import HARDWARE
 from fusecc.driver.cuda_level import build_manifest, lower_to_cuda
 from fusecc.runtime.cuda.execute import plan_memory, run_on_cpu
-from fusecc.runtime.reference import random_model_input
+from fusecc.driver.inputs import random_input_with_shrunk_weights
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TIME_BUDGET_S = 240.0
@@ -213,7 +213,7 @@ def compile_pattern(pattern: Pattern, size: str, arch: str, rng) -> Compiled:
     module = parse_module(pattern.program(sizes), f"{pattern.name}.ir")
     verify(module)
     func = module.lookup("main") or module.functions()[0]
-    inputs = {arg.name_hint: random_model_input(t, rng) for arg, t in zip(func.arguments, func.function_type.inputs)}
+    inputs = {arg.name_hint: random_input_with_shrunk_weights(t, rng) for arg, t in zip(func.arguments, func.function_type.inputs)}
     cuda = lower_to_cuda(module, arch, filename=f"{pattern.name}.ir")
     manifest = build_manifest(module, cuda, "kernels.cu", arch, func.sym_name)
     return Compiled(pattern.name, cuda.text, manifest, inputs, sizes)

@@ -53,7 +53,8 @@ from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import PHASES
 from fusecc.passes.memory.plan import kernels_by_name
 
-from fusecc.runtime.reference import evaluate, random_model_input
+from fusecc.driver.inputs import random_input_with_shrunk_weights
+from fusecc.runtime.reference import evaluate
 
 # Whole programs against the reference interpreter: |cpu - reference| <=
 # PROGRAM_RTOL * max|reference| per result. Looser than the per-kernel
@@ -234,7 +235,7 @@ def compile_variant(program: Operation, entry: str, measurer: Measurer, fused: b
 
 def model_inputs(func: Operation, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [random_model_input(t, rng) for t in func.function_type.inputs]
+    return [random_input_with_shrunk_weights(t, rng) for t in func.function_type.inputs]
 
 
 def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:

@@ -22,7 +22,6 @@ emitted once (memoised on the value and the index values).
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Sequence
 
 from fusecc.compiler import attributes as A
@@ -32,6 +31,7 @@ from fusecc.compiler.traits import IsolatedFromAbove
 from fusecc.compiler.types import ScalarType, TensorType, f32, i1, index
 from fusecc.dialects import arith, loop, math as m
 from fusecc.dialects import tensor as T
+from fusecc.dialects.tensor import formulas
 
 Index = Sequence[Value]
 
@@ -273,10 +273,6 @@ class Scalars:
     def tanh(self, x):
         return self.op(m.TanhOp, x)
 
-    def sigmoid(self, x):
-        one = self.const(1.0, x.type)
-        return self.div(one, self.add(one, self.exp(self.op(arith.NegOp, x))))
-
     def cast(self, x, t: ScalarType):
         return self.b.create(arith.CastOp, [x], result_types=[t]).result
 
@@ -289,15 +285,29 @@ def _number_attr(value, t: ScalarType) -> A.Attribute:
     return A.IntegerAttr(int(value), t)
 
 
-def _gelu(s: Scalars, x: Value, op: Operation) -> Value:
-    # The same formula, in the same order, as runtime.reference.gelu.
-    half, one = s.const(0.5, x.type), s.const(1.0, x.type)
-    if op.attr("approximate") == "tanh":
-        cube = s.mul(s.mul(x, x), x)
-        inner = s.mul(s.const(math.sqrt(2.0 / math.pi), x.type), s.add(x, s.mul(s.const(0.044715, x.type), cube)))
-        return s.mul(s.mul(half, x), s.add(one, s.tanh(inner)))
-    erf = s.op(m.ErfOp, s.div(x, s.const(math.sqrt(2.0), x.type)))
-    return s.mul(s.mul(half, x), s.add(one, erf))
+class FormulaScalars:
+    """The arithmetic interface of the composite formulas
+    (`dialects/tensor/formulas.py`) on scalar loop IR: gelu, sigmoid and
+    silu reach every backend through this one definition."""
+
+    def __init__(self, s: Scalars):
+        self.s = s
+        self.add, self.sub, self.mul, self.div, self.exp, self.tanh = s.add, s.sub, s.mul, s.div, s.exp, s.tanh
+
+    def const(self, value, like: Value) -> Value:
+        return self.s.const(value, like.type)
+
+    def neg(self, x):
+        return self.s.op(arith.NegOp, x)
+
+    def erf(self, x):
+        return self.s.op(m.ErfOp, x)
+
+    def sqrt(self, x):
+        return self.s.op(m.SqrtOp, x)
+
+    def reciprocal(self, x):
+        return self.s.div(self.s.const(1.0, x.type), x)
 
 
 def _abs(s: Scalars, x: Value, op: Operation) -> Value:
@@ -340,11 +350,11 @@ SCALAR_FORMULAS: dict[str, Callable[..., Value]] = {
     "tensor.rsqrt": lambda s, op, x: s.op(m.RsqrtOp, x),
     "tensor.tanh": lambda s, op, x: s.tanh(x),
     "tensor.erf": lambda s, op, x: s.op(m.ErfOp, x),
-    "tensor.reciprocal": lambda s, op, x: s.div(s.const(1.0, x.type), x),
+    "tensor.reciprocal": lambda s, op, x: FormulaScalars(s).reciprocal(x),
     "tensor.relu": lambda s, op, x: _relu(s, x, op),
-    "tensor.sigmoid": lambda s, op, x: s.sigmoid(x),
-    "tensor.silu": lambda s, op, x: s.mul(x, s.sigmoid(x)),
-    "tensor.gelu": lambda s, op, x: _gelu(s, x, op),
+    "tensor.sigmoid": lambda s, op, x: formulas.sigmoid(FormulaScalars(s), x),
+    "tensor.silu": lambda s, op, x: formulas.silu(FormulaScalars(s), x),
+    "tensor.gelu": lambda s, op, x: formulas.gelu(FormulaScalars(s), x, op.attr("approximate")),
     "tensor.cast": lambda s, op, x: _cast(s, x, op),
     "tensor.cmp": lambda s, op, a, b: s.op(arith.CmpOp, a, b, predicate=op.attr("predicate")),
     "tensor.select": lambda s, op, c, a, b: s.op(arith.SelectOp, c, a, b),
@@ -498,8 +508,8 @@ class ScalarEmitter:
 
     def _layout_slice(self, op, idx):
         source = []
-        for i, (lo, _hi, step, _n) in zip(idx, op.bounds()):
-            source.append(self.im.add(self.im.mul(i, self.im.const(step)), self.im.const(lo)))
+        for i, axis in zip(idx, op.bounds()):
+            source.append(self.im.add(self.im.mul(i, self.im.const(axis.step)), self.im.const(axis.start)))
         return self.at(op.input, source)
 
     def _layout_concat(self, op, idx):

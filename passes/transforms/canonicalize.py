@@ -3,22 +3,23 @@
 All of it runs through the greedy driver of `compiler.rewriter`, which also
 erases pure ops that become unused.
 
-Where the rules live: every tensor-dialect simplification is a small
-`RewritePattern` in this module (one table to read, as in tinygrad), and
-the numbers of constant folding come from `runtime.reference`, the one
-definition of each op's semantics. `Operation.fold` stays the hook for ops
-that want to fold themselves (other dialects): the folder calls it first.
+Where the rules live: every tensor-dialect simplification that rewrites
+several ops is a small `RewritePattern` in this module (one table to read,
+as in tinygrad); what one op computes is the op's own: its `fold` hook (a
+cast, reshape or broadcast_to to its operand's own type is that operand)
+and its `evaluate` hook, the numbers the reference interpreter uses too.
 
 Rules (x is any value, c a constant; "splat" means every element equal):
 
+- `op.fold(constants)` first, for any op that defines it.
 - constant folding: a pure op whose operands are all constants becomes a
-  `tensor.constant` holding `reference.IMPLEMENTATIONS[op](op, operands)`.
+  `tensor.constant` holding `op.evaluate(operand arrays)`.
   Results with more than `max-fold-elements` elements (default 4096) are
   folded only when they are splats (which print as one number), so that
   transposing or scaling a weight never copies it into the IR; a large
   splat result is computed only for elementwise, layout and reduction ops.
-  An op the reference cannot evaluate (e.g. an integer to a negative
-  integer power) is left for run time.
+  Operands outside the op's domain (`DomainError`, e.g. a maximum over an
+  empty axis) leave the op for run time to report.
 - identities with a splat constant, exact in IEEE arithmetic:
   `x*1`, `1*x`, `x/1`, `x-0.0`, `x+(-0.0)`, `(-0.0)+x`, and for integers
   also `x+0`, `0+x`, `x-0`. `x+(+0.0)` is *not* exact for floats
@@ -54,7 +55,7 @@ from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.rewriter import PatternRewriter, RewritePattern, apply_patterns_greedily
 from fusecc.compiler.traits import ConstantLike, Elementwise, Injective, Pure, Reduction
 from fusecc.compiler.types import TensorType
-from fusecc.dialects.tensor import BroadcastToOp, ConstantOp, TransposeOp
+from fusecc.dialects.tensor import BroadcastToOp, ConstantOp, DomainError, TransposeOp
 
 
 # --------------------------------------------------------------------------- constants
@@ -94,8 +95,7 @@ def replace_with(rewriter: PatternRewriter, op: Operation, x: Value) -> None:
 
 
 def make_folder(max_fold_elements: int):
-    """The driver's folder: `Operation.fold`, then reference constant folding."""
-    from fusecc.runtime.reference import IMPLEMENTATIONS
+    """The driver's folder: `Operation.fold`, then the op's `evaluate`."""
 
     def fold(op: Operation, rewriter: PatternRewriter) -> bool:
         if not op.has_trait(Pure) or op.has_trait(ConstantLike) or op.regions or not op.results:
@@ -104,12 +104,9 @@ def make_folder(max_fold_elements: int):
         folded = op.fold(constants)
         if folded is not None:
             return apply_fold_result(op, folded, rewriter)
-        if not op.operands or any(c is None for c in constants):
+        if not op.operands or any(c is None for c in constants) or not hasattr(op, "evaluate"):
             return False
         if not all(isinstance(t, TensorType) for t in op.result_types):
-            return False
-        impl = IMPLEMENTATIONS.get(op.name)
-        if impl is None:
             return False
         small = all(t.num_elements <= max_fold_elements for t in op.result_types)
         cheap_splat = all(c.is_splat for c in constants) and any(op.has_trait(t) for t in (Elementwise, Injective, Reduction))
@@ -117,9 +114,9 @@ def make_folder(max_fold_elements: int):
             return False
         try:
             with np.errstate(all="ignore"):  # NaN and inf are values like any other here
-                arrays = impl(op, [c.array for c in constants])
-        except Exception:
-            return False  # the reference refuses these operands: leave the op for run time to report
+                arrays = op.evaluate([c.array for c in constants])
+        except DomainError:
+            return False  # left for run time, which reports it with the op's location
         results = [A.DenseElementsAttr(a, t) for a, t in zip(arrays, op.result_types)]
         if not small and not all(r.is_splat for r in results):
             return False
@@ -224,18 +221,15 @@ class ComposeTransposes(RewritePattern):
 
 
 class CollapseLayoutChain(RewritePattern):
-    """reshape(reshape(x)) and broadcast_to(broadcast_to(x)) read x directly;
-    reshape, broadcast_to and cast to the operand's own type vanish."""
+    """reshape(reshape(x)) and broadcast_to(broadcast_to(x)) read x directly
+    (one to the operand's own type is the ops' `fold`)."""
 
-    op_names = ("tensor.reshape", "tensor.broadcast_to", "tensor.cast")
+    op_names = ("tensor.reshape", "tensor.broadcast_to")
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         source = op.operand(0)
-        if source.type is op.result.type:
-            rewriter.replace_op(op, [source])
-            return True
         inner = source.defining_op
-        if op.name == "tensor.cast" or inner is None or inner.name != op.name:
+        if inner is None or inner.name != op.name:
             return False
         if inner.operand(0).type is op.result.type:
             rewriter.replace_op(op, [inner.operand(0)])
@@ -254,7 +248,7 @@ def canonicalization_patterns(no_signed_zeros: bool = False) -> list[RewritePatt
 @dataclass(frozen=True)
 class Canonicalize(Pass):
     name = "canonicalize"
-    summary = "Fold constants (reference semantics) and simplify tensor ops"
+    summary = "Fold constants (each op's evaluate hook) and simplify tensor ops"
 
     max_fold_elements: int = 4096
     no_signed_zeros: bool = False

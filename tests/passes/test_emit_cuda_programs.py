@@ -31,7 +31,8 @@ from fusecc.runtime.cuda.execute import run_on_cpu
 from fusecc.runtime.cuda.nvrtc import compile_cuda
 from fusecc.runtime.cuda.resources import resource_usage
 from fusecc.runtime.loop_interpreter import run_schedule
-from fusecc.runtime.reference import evaluate, random_model_input
+from fusecc.driver.inputs import random_input_with_shrunk_weights
+from fusecc.runtime.reference import evaluate
 
 ROOT = pathlib.Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
@@ -85,7 +86,7 @@ def test_examples_match_the_reference_on_the_cpu_harness(example, cuda_cache_dir
     verify(reference)
     func = reference.lookup("main") or reference.functions()[0]
     rng = np.random.default_rng(0)
-    inputs = [random_model_input(t, rng) for t in func.function_type.inputs]
+    inputs = [random_input_with_shrunk_weights(t, rng) for t in func.function_type.inputs]
     expected = evaluate(reference, func.sym_name, inputs)
     module, cuda = example_cuda(example, "sm_90")
     manifest = build_manifest(module, cuda, f"{example}.cu", "sm_90", func.sym_name)

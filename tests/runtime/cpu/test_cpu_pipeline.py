@@ -18,7 +18,8 @@ from fusecc.runtime.cpu import compile_program
 from fusecc.driver.cpu_target import CpuTarget, loop_pipeline
 from fusecc.runtime.loop_interpreter import run_schedule
 from fusecc.driver.measure import PROGRAM_RTOL
-from fusecc.runtime.reference import evaluate, random_model_input
+from fusecc.driver.inputs import random_input_with_shrunk_weights
+from fusecc.runtime.reference import evaluate
 
 from cpu_tolerance import assert_kernel_close
 
@@ -26,8 +27,8 @@ EXAMPLES = sorted((pathlib.Path(__file__).parents[3] / "examples").glob("*.ir"))
 
 
 def scaled_inputs(func, rng):
-    """Random inputs, weights scaled as initialised (`random_model_input`)."""
-    return [random_model_input(t, rng) for t in func.function_type.inputs]
+    """Random inputs, weights scaled as initialised (`random_input_with_shrunk_weights`)."""
+    return [random_input_with_shrunk_weights(t, rng) for t in func.function_type.inputs]
 
 
 def lower(text: str):

@@ -116,14 +116,15 @@ def test_examples_match_the_reference_on_the_gpu(example):
     from fusecc.compiler import parse_module, verify
     from fusecc.compiler.diagnostics import DiagnosticEngine
     from fusecc.driver.cuda_target import CudaTarget
-    from fusecc.runtime.reference import evaluate, random_model_input
+    from fusecc.driver.inputs import random_input_with_shrunk_weights
+    from fusecc.runtime.reference import evaluate
 
     text = example.read_text()
     reference = parse_module(text, example.name)
     verify(reference)
     func = reference.lookup("main") or reference.functions()[0]
     rng = np.random.default_rng(0)
-    inputs = [random_model_input(t, rng) for t in func.function_type.inputs]
+    inputs = [random_input_with_shrunk_weights(t, rng) for t in func.function_type.inputs]
     expected = evaluate(reference, func.sym_name, inputs)
     module = parse_module(text, example.name)
     verify(module)

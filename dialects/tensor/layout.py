@@ -1,0 +1,239 @@
+"""Layout ops (injective: each result element is one operand element):
+reshape, transpose, broadcast_to, slice, concat, gather."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from fusecc.compiler.ir import INT, INT_ARRAY, REQUIRED, AttrDef, OperandDef, VerifyError, register_op
+from fusecc.compiler.traits import Broadcasting, Injective, Pure
+from fusecc.compiler.types import TensorType, broadcast_shapes, i32, i64
+
+from .base import TensorOp, expect_same_element_type, expect_tensor, normalize_axis, shape_str
+
+# Layout results are made C-contiguous with np.asarray(order="C"), not
+# np.ascontiguousarray, which turns a rank-0 array into shape (1,).
+
+
+@register_op
+class ReshapeOp(TensorOp):
+    name = "tensor.reshape"
+    traits = frozenset({Pure, Injective})
+    operand_defs = (OperandDef("input"),)
+    has_type_inference = False
+
+    def verify_(self):
+        x = expect_tensor(self.input.type, "operand")
+        out = expect_tensor(self.result.type, "result")
+        if x.element_type is not out.element_type:
+            raise VerifyError(f"reshape changes the element type from {x.element_type} to {out.element_type}")
+        if x.num_elements != out.num_elements:
+            raise VerifyError(
+                f"reshape changes the number of elements from {x.num_elements} {shape_str(x.shape)} "
+                f"to {out.num_elements} {shape_str(out.shape)}"
+            )
+
+    def fold(self, constant_operands):
+        return [self.input] if self.input.type is self.result.type else None
+
+    def evaluate(self, args):
+        return [args[0].reshape(self.result.type.shape)]
+
+
+@register_op
+class TransposeOp(TensorOp):
+    name = "tensor.transpose"
+    traits = frozenset({Pure, Injective})
+    operand_defs = (OperandDef("input"),)
+    attr_defs = (AttrDef("perm", INT_ARRAY, REQUIRED),)
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attributes):
+        x = expect_tensor(operand_types[0], "operand")
+        perm = cls.get(attributes, "perm")
+        if perm is None:
+            raise VerifyError("requires a 'perm' attribute")
+        if sorted(perm) != list(range(x.rank)):
+            raise VerifyError(f"perm {perm} is not a permutation of the {x.rank} axes of {x}")
+        return [TensorType([x.shape[p] for p in perm], x.element_type)]
+
+    def evaluate(self, args):
+        return [np.asarray(np.transpose(args[0], self.attr("perm")), order="C")]
+
+
+@register_op
+class BroadcastToOp(TensorOp):
+    name = "tensor.broadcast_to"
+    traits = frozenset({Pure, Injective, Broadcasting})
+    operand_defs = (OperandDef("input"),)
+    has_type_inference = False
+
+    def verify_(self):
+        x = expect_tensor(self.input.type, "operand")
+        out = expect_tensor(self.result.type, "result")
+        if x.element_type is not out.element_type:
+            raise VerifyError(f"broadcast_to changes the element type from {x.element_type} to {out.element_type}")
+        if len(x.shape) > len(out.shape) or broadcast_shapes(x.shape, out.shape) != out.shape:
+            raise VerifyError(f"shape {shape_str(x.shape)} does not broadcast to {shape_str(out.shape)}")
+
+    def fold(self, constant_operands):
+        return [self.input] if self.input.type is self.result.type else None
+
+    def evaluate(self, args):
+        return [np.asarray(np.broadcast_to(args[0], self.result.type.shape), order="C")]
+
+
+# --------------------------------------------------------------------------- slice
+
+
+class SliceAxis(NamedTuple):
+    """One axis of a slice, normalised as Python's `slice.indices` does:
+    the elements start, start + step, ..., `length` of them."""
+
+    start: int
+    step: int
+    length: int
+
+    def as_slice(self) -> slice:
+        """The numpy slice of exactly these elements. The end is written
+        out of the element count, not taken from `slice.indices`: for a
+        negative step that runs past index 0 its stop is -1, which numpy
+        would read as the last element."""
+        stop = self.start + self.length * self.step
+        return slice(self.start, stop if stop >= 0 else None, self.step)
+
+
+def slice_bounds(shape, start, stop, step) -> list[SliceAxis]:
+    """Per axis the normalised slice (Python's clamping of start and stop)."""
+    rank = len(shape)
+    step = [1] * rank if step is None else step
+    for name, values in (("start", start), ("stop", stop), ("step", step)):
+        if len(values) != rank:
+            raise VerifyError(f"'{name}' has {len(values)} entries but the operand has rank {rank}")
+    bounds = []
+    for axis, (dim, a, b, s) in enumerate(zip(shape, start, stop, step)):
+        if s == 0:
+            raise VerifyError(f"step of axis {axis} is zero")
+        elements = range(*slice(a, b, s).indices(dim))
+        bounds.append(SliceAxis(elements.start, s, len(elements)))
+    return bounds
+
+
+@register_op
+class SliceOp(TensorOp):
+    name = "tensor.slice"
+    traits = frozenset({Pure, Injective})
+    operand_defs = (OperandDef("input"),)
+    attr_defs = (
+        AttrDef("start", INT_ARRAY, REQUIRED),
+        AttrDef("stop", INT_ARRAY, REQUIRED),
+        AttrDef("step", INT_ARRAY, None),
+    )
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attributes):
+        x = expect_tensor(operand_types[0], "operand")
+        start, stop = cls.get(attributes, "start"), cls.get(attributes, "stop")
+        if start is None or stop is None:
+            raise VerifyError("requires 'start' and 'stop' attributes")
+        bounds = slice_bounds(x.shape, start, stop, cls.get(attributes, "step"))
+        return [TensorType([b.length for b in bounds], x.element_type)]
+
+    def bounds(self) -> list[SliceAxis]:
+        return slice_bounds(self.input.type.shape, self.attr("start"), self.attr("stop"), self.attr("step"))
+
+    def evaluate(self, args):
+        return [np.asarray(args[0][tuple(axis.as_slice() for axis in self.bounds())], order="C")]
+
+
+# --------------------------------------------------------------------------- concat, gather
+
+
+@register_op
+class ConcatOp(TensorOp):
+    name = "tensor.concat"
+    traits = frozenset({Pure, Injective})
+    operand_defs = (OperandDef("inputs", variadic=True),)
+    attr_defs = (AttrDef("axis", INT, 0),)
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attributes):
+        if not operand_types:
+            raise VerifyError("expects at least one operand")
+        tensors = [expect_tensor(t, f"operand {i}") for i, t in enumerate(operand_types)]
+        element = expect_same_element_type(tensors)
+        rank = tensors[0].rank
+        axis = normalize_axis(cls.get(attributes, "axis"), rank)
+        for i, t in enumerate(tensors):
+            if t.rank != rank:
+                raise VerifyError(f"operand {i} has rank {t.rank} but operand 0 has rank {rank}")
+            for d in range(rank):
+                if d != axis and t.shape[d] != tensors[0].shape[d]:
+                    raise VerifyError(
+                        f"operand {i} of shape {shape_str(t.shape)} differs from operand 0 {shape_str(tensors[0].shape)} off the concat axis {axis}"
+                    )
+        shape = list(tensors[0].shape)
+        shape[axis] = sum(t.shape[axis] for t in tensors)
+        return [TensorType(shape, element)]
+
+    def evaluate(self, args):
+        return [np.concatenate(args, axis=self.attr("axis"))]
+
+
+def gather_index(indices: np.ndarray, length: int) -> np.ndarray:
+    """The element each index reads on an axis of `length` elements: a
+    negative index counts from the end (i + length), and the result is then
+    clamped to [0, length - 1], so an index out of range reads the nearest
+    end (-length - 3 reads element 0, length + 3 the last). Backends compute
+    the same with one select and a min/max pair (docs/semantics.md)."""
+    wide = indices.astype(np.int64)
+    return np.clip(np.where(wide < 0, wide + length, wide), 0, length - 1)
+
+
+@register_op
+class GatherOp(TensorOp):
+    """np.take(data, indices, axis), with out-of-range indices clamped
+    (`gather_index`). Its fusion class is not declared yet: fusion keeps it
+    in a group of its own."""
+
+    name = "tensor.gather"
+    traits = frozenset({Pure})
+    operand_defs = (OperandDef("data"), OperandDef("indices"))
+    attr_defs = (AttrDef("axis", INT, 0),)
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attributes):
+        data = expect_tensor(operand_types[0], "data")
+        indices = expect_tensor(operand_types[1], "indices")
+        if indices.element_type not in (i32, i64):
+            raise VerifyError(f"indices must have element type i32 or i64, but have {indices.element_type}")
+        axis = normalize_axis(cls.get(attributes, "axis"), data.rank)
+        if data.shape[axis] == 0 and indices.num_elements > 0:
+            raise VerifyError(f"cannot gather from axis {axis} of {data}, which has no elements")
+        return [TensorType((*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]), data.element_type)]
+
+    @property
+    def normalized_axis(self) -> int:
+        return normalize_axis(self.attr("axis"), self.data.type.rank)
+
+    def evaluate(self, args):
+        data, indices = args
+        axis = self.normalized_axis
+        if indices.size == 0:
+            return [np.zeros(self.result.type.shape, data.dtype)]
+        return [np.asarray(np.take(data, gather_index(indices, data.shape[axis]), axis=axis), order="C")]
+
+
+__all__ = [
+    "ReshapeOp",
+    "TransposeOp",
+    "BroadcastToOp",
+    "SliceAxis",
+    "slice_bounds",
+    "SliceOp",
+    "ConcatOp",
+    "gather_index",
+    "GatherOp",
+]
