@@ -27,9 +27,8 @@ from fusecc.compiler.verifier import verify
 from fusecc.dialects import arith, loop
 from fusecc.dialects import math as m
 from fusecc.dialects.builtin import ModuleOp
-from fusecc.runtime.reference import erf as erf64
-
-GELU_TANH = math.sqrt(2.0 / math.pi)
+from fusecc.dialects.tensor import formulas
+from fusecc.passes.lowering.scalar_emitter import FormulaScalars, Scalars
 
 
 def memref(*shape_and_type) -> MemRefType:
@@ -157,13 +156,8 @@ class Writer:
 
     # --- formulas ------------------------------------------------------------------
     def gelu(self, x: Value, approximate: str = "tanh") -> Value:
-        half, one = self.c(0.5), self.c(1.0)
-        if approximate == "tanh":
-            cube = self.mul(self.mul(x, x), x)
-            inner = self.mul(self.c(GELU_TANH), self.add(x, self.mul(self.c(0.044715), cube)))
-            return self.mul(self.mul(half, x), self.add(one, self.unary("tanh", inner)))
-        scaled = self.mul(x, self.c(1.0 / math.sqrt(2.0)))
-        return self.mul(self.mul(half, x), self.add(one, self.unary("erf", scaled)))
+        """The lowering's gelu (the op's one formula), built here."""
+        return formulas.gelu(FormulaScalars(Scalars(self.b)), x, approximate)
 
     def row_reduce(self, row_length: int, partials: int, init: float, combine: Callable, element: Callable) -> Value:
         """combine over j in [0, row_length) of element(j), as per-lane partial
@@ -393,25 +387,22 @@ def attention(heads: int, seq: int, dim: int, partials: int = 64) -> ModuleOp:
 
 
 def gelu_reference(x: np.ndarray, approximate: str = "tanh") -> np.ndarray:
-    x = x.astype(np.float64)
-    if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(GELU_TANH * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1 + erf64(x / math.sqrt(2.0)))
+    return formulas.gelu(formulas.NUMPY64, np.asarray(x, np.float64), approximate)
 
 
 def reference(pattern: str, *args, **options) -> np.ndarray:
-    """The pattern computed by numpy in float64."""
+    """The pattern computed by numpy in float64, with the ops' own formulas
+    (`dialects/tensor/formulas.py`)."""
+    f = formulas.NUMPY64
     a = [np.asarray(x, dtype=np.float64) for x in args]
     if pattern == "bias_gelu_residual":
         return gelu_reference(a[0] + a[1], options.get("approximate", "tanh")) + a[2]
     if pattern == "layernorm_gelu":
         x, gamma, beta = a
-        mean = x.mean(-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return gelu_reference((x - mean) / np.sqrt(var + options.get("eps", 1e-5)) * gamma + beta, options.get("approximate", "tanh"))
+        normed = formulas.layernorm(f, x, gamma, beta, options.get("eps", 1e-5), x.ndim - 1)
+        return gelu_reference(normed, options.get("approximate", "tanh"))
     if pattern == "softmax":
-        e = np.exp(a[0] - a[0].max(-1, keepdims=True))
-        return e / e.sum(-1, keepdims=True)
+        return formulas.softmax(f, a[0], a[0].ndim - 1)
     if pattern == "matmul_bias":
         y = a[0] @ a[1] + a[2]
         return gelu_reference(y) if options.get("activation", "gelu") == "gelu" else y
@@ -420,7 +411,6 @@ def reference(pattern: str, *args, **options) -> np.ndarray:
         return gelu_reference(x @ w1 + b1) @ w2 + b2
     if pattern == "attention":
         q, k, v = a
-        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
-        p = np.exp(s - s.max(-1, keepdims=True))
-        return (p / p.sum(-1, keepdims=True)) @ v
+        rows, cols = q.shape[-2], k.shape[-2]
+        return formulas.attention(f, q, k, v, None, 1 / math.sqrt(q.shape[-1]), False, rows, cols, q.ndim - 1)
     raise ValueError(pattern)

@@ -136,3 +136,21 @@ class NumpyF32:
 
 
 NUMPY = NumpyF32()
+
+
+class NumpyF64(NumpyF32):
+    """The same formulas in float64: an oracle for checking float32 kernels."""
+
+    def const(self, value, like):
+        return np.float64(value)
+
+    @staticmethod
+    def erf(x):
+        return erf64(x)
+
+    @staticmethod
+    def reciprocal(x):
+        return 1.0 / x
+
+
+NUMPY64 = NumpyF64()
