@@ -25,22 +25,18 @@ from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeli
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 from fusecc.driver.pipelines import EMIT_LEVELS, EmitOptions, is_loop_level, pipeline_for_level
-from fusecc.driver import targets
+from fusecc.driver import frontend, targets
 
 from fusecc.tools import run_io
+from fusecc.tools import model_options
 from fusecc.tools.common import EXIT_INTERNAL_ERROR, guarded_main, phase, read_source, write_output
 
-SUBCOMMANDS = ("run", "explain", "report", "cache")
+SUBCOMMANDS = ("run", "explain", "report", "cache", "import")
 
 
-def load(path: str, engine: DiagnosticEngine) -> Operation:
-    text, filename = read_source(path)
-    engine.sources.add(filename, text)
-    with phase("the parser"):
-        module = parse_module(text, filename)
-    with phase("the verifier"):
-        verify(module)
-    return module
+def load(path: str, engine: DiagnosticEngine, args=None) -> Operation:
+    """A program from an .ir file or an ONNX model (driver/frontend.py picks the front end)."""
+    return frontend.load_program(path, engine, phase=phase, **model_options.frontend_options(args))
 
 
 def entry_function(module: Operation, requested: str | None) -> Operation:
@@ -81,7 +77,8 @@ def compile_parser() -> argparse.ArgumentParser:
         prog="fusecc",
         description="Compile a tensor program. Subcommands: run, explain, report (see 'fusecc run -h').",
     )
-    p.add_argument("input", help="the program (.ir), or - for stdin")
+    p.add_argument("input", help="the program (.ir or .onnx), or - for stdin")
+    model_options.add_frontend_options(p)
     p.add_argument("-o", dest="output", default=None, help="output file (default stdout)")
     p.add_argument("--emit", choices=list(EMIT_LEVELS), default=None, help="print the program at this level instead of CUDA C")
     p.add_argument("--arch", choices=("sm_80", "sm_90"), default="sm_90", help="CUDA architecture (default sm_90)")
@@ -93,7 +90,7 @@ def compile_parser() -> argparse.ArgumentParser:
 
 def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     args = compile_parser().parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     level = args.emit or "cuda"
     target = args.target or ("cpu" if level in ("llvm",) else gpu_of_arch(args.arch).name)
     if not (EMIT_LEVELS[level].from_loops and is_loop_level(module)):
@@ -118,7 +115,8 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
 
 def run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusecc run", description="Run a program's entry function.")
-    p.add_argument("input", help="the program (.ir)")
+    p.add_argument("input", help="the program (.ir or .onnx)")
+    model_options.add_frontend_options(p)
     p.add_argument("--inputs", default=None, help=".npz with the arguments, by name (x for %%x) or as arg0, arg1, ...")
     p.add_argument("-o", dest="output", default=None, help=".npz to write result0, result1, ... (default: print a summary)")
     p.add_argument("--target", default=None, help=f"where to run: {', '.join(targets.TARGET_NAMES)} (default: cuda with a GPU, else cpu)")
@@ -139,10 +137,11 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
     rng = np.random.default_rng(seed)
     values, used, randomised = [], set(), []
     arguments = func.input_args if func.name == "loop.schedule" else func.arguments
+    graph_names = frontend.input_keys(func, len(arguments))
     for index, arg in enumerate(arguments):
         t = arg.type
         label = f"'{arg.name_hint}' (arg{index})" if arg.name_hint else f"'arg{index}'"
-        for key in (arg.name_hint, f"arg{index}"):
+        for key in (graph_names[index], arg.name_hint, f"arg{index}"):
             if key and key in provided:
                 values.append(check_input(provided[key], t, f"input {label} of @{func.sym_name}"))
                 used.add(key)
@@ -184,7 +183,7 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.runtime.reference import InterpreterError
 
     args = run_parser().parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     func = entry_function(module, args.entry)
     from fusecc.runtime import cache
 
@@ -208,7 +207,7 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     timing.cache_hits, timing.cache_builds = cache.counts.hits - hits, cache.counts.builds - builds
     if not args.quiet:
         print(f"fusecc run: {timing.line()}", file=sys.stderr)
-    named = [(f"result{i}", r) for i, r in enumerate(results)]
+    named = list(zip(frontend.result_keys(func, len(results)), results))
     if args.output:
         run_io.write_npz(args.output, dict(named))
     else:
@@ -224,9 +223,10 @@ def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
 
     p = argparse.ArgumentParser(prog="fusecc explain", description="Explain every fusion decision as remarks.")
     p.add_argument("input")
+    model_options.add_frontend_options(p)
     p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
     args = p.parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     return reporting.explain(module, args.target, engine)
 
 
@@ -239,6 +239,7 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
         "measured on this machine (--measure), and the generated source of a kernel (--show-source).",
     )
     p.add_argument("input")
+    model_options.add_frontend_options(p)
     p.add_argument("--target", choices=("h200", "a100", "cpu"), default=None, help="hardware (default h200; cpu with --measure)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     measured = p.add_argument_group("measuring (--measure)")
@@ -252,7 +253,7 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     source.add_argument("--show-source", metavar="KERNEL", default=None, help="print a kernel's source (a name such as fused_3_reduction, or a group id) instead of the report")
     source.add_argument("--level", choices=reporting.SOURCE_LEVELS, default=None, help="loop IR, LLVM IR or CUDA C (default: llvm for the cpu, cuda for a GPU)")
     args = p.parse_args(argv)
-    module = load(args.input, engine)
+    module = load(args.input, engine, args)
     if args.show_source is not None:
         if args.measure or args.json:
             raise UsageError("--show-source prints one kernel's source; run it without --measure and --json")
@@ -300,6 +301,27 @@ def cache_main(argv: list[str], engine: DiagnosticEngine) -> int:
     return run_cache_command(argv, engine)
 
 
+def import_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    p = argparse.ArgumentParser(prog="fusecc import", description="Import an ONNX model as a tensor IR module (weights in a .safetensors file beside it).")
+    p.add_argument("input", help="the model (.onnx)")
+    p.add_argument("-o", dest="output", required=True, help="the .ir to write; weights go to the same name with .safetensors")
+    p.add_argument("--weights", default=None, help="where to write the weights (default: beside -o, .safetensors)")
+    p.add_argument("--inline-weights", action="store_true", help="keep every constant in the .ir text (no weights file)")
+    p.add_argument("--timing", action="store_true", help="print the time of each step to stderr")
+    model_options.add_frontend_options(p)
+    args = p.parse_args(argv)
+    if not frontend.is_onnx(args.input):
+        raise UsageError(f"'{args.input}' is not an ONNX model (.onnx)")
+    with phase("the ONNX importer"):
+        imported = frontend.import_onnx(args.input, **model_options.frontend_options(args))
+    with phase("the printer"):
+        frontend.save_imported(imported.module, args.output, args.weights, inline=args.inline_weights)
+    if args.timing:
+        steps = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in imported.timings.items())
+        print(f"fusecc import: {imported.node_count} nodes: {steps}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--version"]:
@@ -307,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"fusecc {__version__}")
         return 0
-    body = {"run": run_main, "explain": explain_main, "report": report_main, "cache": cache_main}.get(argv[0] if argv else "", None)
+    body = {"run": run_main, "explain": explain_main, "report": report_main, "cache": cache_main, "import": import_main}.get(argv[0] if argv else "", None)
     if body is not None:
         return guarded_main(f"fusecc {argv[0]}", lambda engine: body(argv[1:], engine), SourceManager())
     return guarded_main("fusecc", lambda engine: compile_main(argv, engine), SourceManager())
