@@ -101,6 +101,8 @@ class SliceAxis(NamedTuple):
         out of the element count, not taken from `slice.indices`: for a
         negative step that runs past index 0 its stop is -1, which numpy
         would read as the last element."""
+        if self.length == 0:
+            return slice(0, 0)  # slice.indices may give start -1 here too
         stop = self.start + self.length * self.step
         return slice(self.start, stop if stop >= 0 else None, self.step)
 
@@ -195,11 +197,12 @@ def gather_index(indices: np.ndarray, length: int) -> np.ndarray:
 @register_op
 class GatherOp(TensorOp):
     """np.take(data, indices, axis), with out-of-range indices clamped
-    (`gather_index`). Its fusion class is not declared yet: fusion keeps it
-    in a group of its own."""
+    (`gather_index`). Injective: each result element reads one element of
+    `data` (at an address loaded from `indices`), so it fuses as a producer
+    (an embedding lookup, the position add and the layernorm are one group)."""
 
     name = "tensor.gather"
-    traits = frozenset({Pure})
+    traits = frozenset({Pure, Injective})
     operand_defs = (OperandDef("data"), OperandDef("indices"))
     attr_defs = (AttrDef("axis", INT, 0),)
 

@@ -17,6 +17,7 @@ from fusecc.compiler.verifier import verify
 from fusecc.dialects import tensor as T
 from fusecc.dialects.builtin import ModuleOp
 from fusecc.dialects.func import FuncOp, ReturnOp
+from fusecc.compiler.diagnostics import DiagnosticError, InternalCompilerError
 from fusecc.runtime.reference import InterpreterError, erf, evaluate
 
 ELEMENTS = {np.dtype(np.float32): f32, np.dtype(np.float16): f16, np.dtype(np.bool_): i1, np.dtype(np.int32): i32, np.dtype(np.int64): i64}
@@ -304,7 +305,16 @@ def test_layout_ops():
 
 @pytest.mark.parametrize(
     "start, stop, step",
-    [([0, 1, 0], [2, 3, 4], None), ([-1, 0, 1], [2, 100, -1], [1, 2, 1]), ([1, 2, 3], [0, 0, 0], [-1, -1, -2]), ([0, 0, 0], [0, 3, 4], None)],
+    [
+        ([0, 1, 0], [2, 3, 4], None),
+        ([-1, 0, 1], [2, 100, -1], [1, 2, 1]),
+        ([1, 2, 3], [0, 0, 0], [-1, -1, -2]),
+        ([0, 0, 0], [0, 3, 4], None),
+        # negative steps whose stop runs past index 0 (slice.indices gives stop -1)
+        ([1, 2, 3], [-3, -4, -5], [-1, -1, -1]),
+        ([1, -1, 3], [-100, -100, -100], [-1, -2, -3]),
+        ([5, 5, 5], [-3, -4, -5], [-2, -2, -2]),
+    ],
 )
 def test_slice(start, stop, step):
     x = normal(2, 3, 4)
@@ -399,3 +409,129 @@ func.func @loop(%x: tensor<3xf32>) -> tensor<3xf32> {
         evaluate(module, "g", [])
     with pytest.raises(InterpreterError, match="@loop calls itself"):
         evaluate(module, "loop", [np.zeros(3)])
+
+
+# --------------------------------------------------------------------------- slices past index 0 (issue 16.A)
+
+
+REVERSED_SLICE = """
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = tensor.slice %x {start = [3], stop = [-5], step = [-1]} : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+"""
+
+
+def test_negative_step_past_index_zero_is_the_whole_axis_reversed():
+    x = np.arange(4, dtype=np.float32)
+    (out,) = evaluate(parse_module(REVERSED_SLICE), "main", [x])
+    np.testing.assert_array_equal(out, x[::-1])
+
+
+@pytest.mark.parametrize("length", [1, 4, 7])
+@pytest.mark.parametrize("step", [-1, -2, -3, 1, 3])
+def test_every_slice_of_an_axis_agrees_with_python(length, step):
+    x = np.arange(length, dtype=np.float32)
+    for start in range(-length - 2, length + 2):
+        for stop in range(-length - 2, length + 2):
+            np.testing.assert_array_equal(run(T.SliceOp, x, attrs={"start": [start], "stop": [stop], "step": [step]}), x[start:stop:step])
+
+
+# --------------------------------------------------------------------------- results against their declared types
+
+
+def test_a_result_that_disagrees_with_its_type_is_an_internal_error(monkeypatch):
+    """The reference checks shape, rank and dtype of every op's result; a
+    mismatch names the op and is a compiler bug, never an output."""
+    x = np.arange(4, dtype=np.float32)
+    wrong = {
+        "shape": lambda self, args: [args[0][:0]],
+        "rank": lambda self, args: [args[0].reshape(2, 2)],
+        "dtype": lambda self, args: [args[0].astype(np.float64)],
+    }
+    for what, evaluate_wrongly in wrong.items():
+        monkeypatch.setattr(T.SliceOp, "evaluate", evaluate_wrongly)
+        with pytest.raises(InternalCompilerError, match=rf"'tensor.slice'.*{what}") as caught:
+            evaluate(parse_module(REVERSED_SLICE, "reversed.ir"), "main", [x])
+        assert "reversed.ir:3:" in str(caught.value)
+
+
+def test_a_result_type_mismatch_exits_with_2(tmp_path, monkeypatch, capsys):
+    from fusecc.tools import fusecc as driver
+
+    program = tmp_path / "reversed.ir"
+    program.write_text(REVERSED_SLICE)
+    monkeypatch.setattr(T.SliceOp, "evaluate", lambda self, args: [args[0][:0]])
+    assert driver.main(["run", str(program), "--random-inputs", "--target", "reference"]) == 2
+    err = capsys.readouterr().err
+    assert "internal compiler error" in err and "tensor.slice" in err and "Traceback" not in err
+
+
+def test_operands_outside_the_domain_are_a_located_error():
+    text = """
+func.func @main(%x: tensor<3x0xf32>) -> tensor<3xf32> {
+  %0 = tensor.reduce_max %x {axes = [1]} : (tensor<3x0xf32>) -> tensor<3xf32>
+  func.return %0 : tensor<3xf32>
+}
+"""
+    with pytest.raises(DiagnosticError, match="reduce_max.*empty axis") as caught:
+        evaluate(parse_module(text, "empty.ir"), "main", [np.zeros((3, 0), np.float32)])
+    assert caught.value.diagnostic.location.file_line_col().line == 3
+
+
+# --------------------------------------------------------------------------- pow's special cases (issue 16.G)
+
+
+POW_CASES = [  # (base, exponent, C99 pow)
+    (-np.inf, 0.5, np.inf),
+    (-np.inf, 3.0, -np.inf),
+    (-np.inf, -0.5, 0.0),
+    (-0.0, 0.5, 0.0),
+    (-8.0, 1 / 3, np.nan),
+    (np.nan, 0.0, 1.0),
+    (1.0, np.nan, 1.0),
+    (-1.0, np.inf, 1.0),
+    (3.0, 0.5, math.sqrt(3.0)),
+    (2.0, -1.0, 0.5),
+]
+
+
+@pytest.mark.parametrize("exponent_shape", [(), (len(POW_CASES),)], ids=["scalar exponent", "array exponent"])
+def test_pow_follows_c99_whatever_the_exponent_shape(exponent_shape):
+    """numpy's float power takes a sqrt shortcut for a scalar exponent 0.5
+    (pow(-inf, 0.5) = NaN, pow(-0.0, 0.5) = -0.0); the reference follows C99
+    for every shape (docs/semantics.md)."""
+    for i, (base, exponent, want) in enumerate(POW_CASES):
+        a = np.full(len(POW_CASES), base, np.float32)
+        b = np.full(exponent_shape, exponent, np.float32)
+        got = run(T.PowOp, a, b)[i]
+        want = np.float32(want)
+        assert (np.isnan(got) and np.isnan(want)) or (got == want and np.signbit(got) == np.signbit(want)), (base, exponent, got)
+
+
+# --------------------------------------------------------------------------- gather
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("axis", [0, 1, -1, 2])
+@pytest.mark.parametrize("index_shape", [(), (5,), (2, 3)])
+def test_gather_is_numpy_take_in_range(index_dtype, axis, index_shape):
+    data = normal(3, 4, 5)
+    length = data.shape[axis]
+    indices = rng.integers(-length, length, size=index_shape).astype(index_dtype)
+    out = run(T.GatherOp, data, indices, attrs={"axis": axis})
+    np.testing.assert_array_equal(out, np.take(data, indices, axis=axis))
+    assert out.shape == data.shape[: axis % 3] + index_shape + data.shape[axis % 3 + 1 :]
+
+
+def test_gather_clamps_out_of_range_indices_after_wrapping():
+    data = np.array([10, 11, 12, 13], np.int32)
+    indices = np.array([-9, -5, -4, -1, 0, 3, 4, 100, np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64)
+    out = run(T.GatherOp, data, indices)
+    np.testing.assert_array_equal(out, [10, 10, 10, 13, 10, 13, 13, 13, 13, 10])
+
+
+def test_gather_of_no_indices_and_of_booleans():
+    data = np.array([[True, False], [False, False]])
+    np.testing.assert_array_equal(run(T.GatherOp, data, np.array([1, 0], np.int32), attrs={"axis": 1}), [[False, True], [False, False]])
+    assert run(T.GatherOp, normal(3, 2), np.zeros((0,), np.int64)).shape == (0, 2)
