@@ -28,7 +28,7 @@ from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import IsolatedFromAbove
-from fusecc.compiler.types import ScalarType, TensorType, f32, i1, index
+from fusecc.compiler.types import ScalarType, TensorType, bf16, f16, f32, i1, index
 from fusecc.dialects import arith, loop, math as m
 from fusecc.dialects import tensor as T
 from fusecc.dialects.tensor import formulas
@@ -438,9 +438,22 @@ class ScalarEmitter:
         found = self._memo.get(key)
         if found is not None and visible_here(self.b, found):
             return found
-        result = self._emit(value, list(idx))
+        result = self._in_storage_precision(value, self._emit(value, list(idx)))
         self._memo[key] = result
         return result
+
+    def _in_storage_precision(self, value: Value, scalar: Value) -> Value:
+        """An f16/bf16 tensor value computed in f32 is rounded to its storage
+        type where it is computed, as the reference rounds every op's result
+        (docs/legalize.md, rule 1): `arith.cast` to the narrow type is the
+        loop level's rounding op. Loads and casts from it are already exact."""
+        storage = value.type.element_type if isinstance(value.type, TensorType) else None
+        if storage not in (bf16, f16) or scalar.type is not f32:
+            return scalar
+        op = scalar.defining_op
+        if isinstance(op, arith.CastOp) and op.input.type is storage:
+            return scalar
+        return self.s.cast(self.s.cast(scalar, storage), f32)
 
     def _emit(self, value: Value, idx: list[Value]) -> Value:
         fn = self.bound.get(value)
