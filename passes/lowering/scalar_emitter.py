@@ -525,6 +525,20 @@ class ScalarEmitter:
             source.append(self.im.add(self.im.mul(i, self.im.const(axis.step)), self.im.const(axis.start)))
         return self.at(op.input, source)
 
+    def _layout_gather(self, op, idx):
+        """data[..., clamp(indices[i...]), ...]: the index is loaded first,
+        then wrapped (negative counts from the end) and clamped to the axis,
+        tensor.gather's rule for indices out of range (`gather_index`)."""
+        axis, rank = op.normalized_axis, op.indices.type.rank
+        length = op.data.type.shape[axis]
+        position = self.s.cast(self.at(op.indices, idx[axis : axis + rank]), index)
+        im = self.im
+        negative = self.b.create(arith.CmpOp, [position, im.const(0)], {"predicate": "lt"}).result
+        wrapped = self.b.create(arith.SelectOp, [negative, im.add(position, im.const(length)), position]).result
+        low = self.b.create(arith.MaxOp, [wrapped, im.const(0)]).result
+        clamped = im.assume(self.b.create(arith.MinOp, [low, im.const(length - 1)]).result, 0, length)
+        return self.at(op.data, [*idx[:axis], clamped, *idx[axis + rank :]])
+
     def _layout_concat(self, op, idx):
         axis = op.attr("axis") % op.result.type.rank
         pieces = list(op.inputs)
@@ -583,7 +597,7 @@ def concat_boundaries(value: Value, axis: int) -> set[int]:
 
 def is_elementwise_computable(op: Operation) -> bool:
     """Can the emitter compute this op per element without help?"""
-    return op.name in SCALAR_FORMULAS or isinstance(op, (T.ConstantOp, T.TransposeOp, T.ReshapeOp, T.BroadcastToOp, T.SliceOp, T.ConcatOp))
+    return op.name in SCALAR_FORMULAS or isinstance(op, (T.ConstantOp, T.TransposeOp, T.ReshapeOp, T.BroadcastToOp, T.SliceOp, T.ConcatOp, T.GatherOp))
 
 
 __all__ = [
