@@ -100,6 +100,13 @@ def broadcast_shape(a, b, cx) -> tuple[int, ...]:
         raise cx.fail(f"shapes {list(a)} and {list(b)} do not broadcast") from None
 
 
+def flatten_axis(axis: int, rank: int, cx) -> int:
+    """Flatten's axis lies in [-rank, rank]; a negative one counts from the end."""
+    if not -rank <= axis <= rank:
+        raise cx.fail(f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
 def split_sizes(node, dim: int, sizes, cx) -> list[int]:
     count = len(node.outputs)
     if sizes is not None:
@@ -215,7 +222,7 @@ def fold_reshape(cx, node, args):
 @folder("Flatten", attrs=("axis",))
 def fold_flatten(cx, node, args):
     x = args[0]
-    axis = normalized(node.attr("axis", 1), x.ndim + 1, cx)
+    axis = flatten_axis(node.attr("axis", 1), x.ndim, cx)
     return [x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from fusecc.dialects import tensor as T
-from fusecc.frontends.onnx.context import ONNX_ELEMENT_TYPES, element_of, onnx_type_name
+from fusecc.frontends.onnx.context import ONNX_ELEMENT_TYPES, element_of, onnx_type_name, shape_of
 from fusecc.frontends.onnx.table import translation
 
 BINARY = {"Add": T.AddOp, "Sub": T.SubOp, "Mul": T.MulOp, "Div": T.DivOp, "Pow": T.PowOp}
@@ -114,16 +114,10 @@ def translate_identity(cx, node, args):
     return [args[0]]
 
 
-def check_dropout(node):
-    if node.uses_output(1):
-        return "its mask output is used (only inference, which has no mask, is supported)"
-    return None
-
-
-@translation("Dropout", attrs=("seed",), check=check_dropout, constant_inputs=(1, 2))
+@translation("Dropout", attrs=("seed",), constant_inputs=(1, 2))
 def translate_dropout(cx, node, args):
+    """Inference: the input unchanged, and a mask of all true."""
     training = cx.constant(args[2] if len(args) > 2 else None, "training_mode")
     if training is not None and bool(training):
         raise cx.fail("training_mode is true; only inference is supported")
-    return [args[0]]
-
+    return [args[0], np.ones(shape_of(args[0]), np.bool_)]

@@ -96,4 +96,26 @@ def translate_reduce(cx, node, args):
         if node.attr("noop_with_empty_axes", 0):
             return [x]
         axes = list(range(len(shape_of(x))))
-    return [cx.emit(REDUCE[node.op_type], [x], {"axes": [int(a) for a in axes], "keepdims": bool(node.attr("keepdims", 1))})]
+    attrs = {"axes": [int(a) for a in axes], "keepdims": bool(node.attr("keepdims", 1))}
+    shape = shape_of(x)
+    if any(shape[normalized(int(a), len(shape), cx)] == 0 for a in axes):
+        return [empty_reduction(cx, node, x, attrs)]
+    return [cx.emit(REDUCE[node.op_type], [x], attrs)]
+
+
+def empty_reduction(cx, node, x, attrs) -> np.ndarray:
+    """ONNX defines reductions over nothing: the op's identity (0, -inf for
+    a max, +inf for a min; the lowest or highest value of an integer type)."""
+    shape = shape_of(x)
+    axes = {normalized(a, len(shape), cx) for a in attrs["axes"]}
+    out = [1 if i in axes else d for i, d in enumerate(shape)] if attrs["keepdims"] else [d for i, d in enumerate(shape) if i not in axes]
+    dtype = element_of(x).numpy_dtype
+    if node.op_type == "ReduceMean":
+        raise cx.fail("averages over an empty axis")
+    if node.op_type == "ReduceSum":
+        return np.zeros(out, dtype)
+    if dtype.kind == "b":
+        return np.full(out, node.op_type == "ReduceMin", dtype)
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    lowest, highest = (-np.inf, np.inf) if dtype.kind == "f" else (info.min, info.max)
+    return np.full(out, lowest if node.op_type == "ReduceMax" else highest, dtype)

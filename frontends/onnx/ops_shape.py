@@ -9,6 +9,7 @@ from fusecc.dialects import tensor as T
 from fusecc.frontends.onnx.context import shape_of
 from fusecc.frontends.onnx.folding import (
     broadcast_shape,
+    flatten_axis,
     normalized,
     reshape_target,
     slice_per_axis,
@@ -35,7 +36,7 @@ def translate_reshape(cx, node, args):
 @translation("Flatten", attrs=("axis",))
 def translate_flatten(cx, node, args):
     shape = shape_of(args[0])
-    axis = normalized(node.attr("axis", 1), len(shape) + 1, cx)
+    axis = flatten_axis(node.attr("axis", 1), len(shape), cx)
     return [reshaped(cx, args[0], (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))]
 
 
