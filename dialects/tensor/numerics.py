@@ -32,8 +32,19 @@ def to_storage(array, element: ScalarType) -> np.ndarray:
         if element.is_bool:
             return array.astype(np.bool_, copy=False)
         if array.dtype.kind == "f":
-            array = np.trunc(array)
+            return float_to_int(array, element.numpy_dtype)
         return array.astype(element.numpy_dtype, copy=False)
+
+
+def float_to_int(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Saturating conversion (docs/semantics.md, as LLVM's fptosi.sat): truncate
+    toward zero; NaN gives 0; values beyond the type's range (±inf included)
+    give its max or min. numpy's own cast leaves these undefined."""
+    info = np.iinfo(dtype)
+    wide = np.trunc(array.astype(np.float64))
+    high, low, nan = wide >= 2.0 ** (info.bits - 1), wide < -(2.0 ** (info.bits - 1)), np.isnan(wide)
+    in_range = np.where(high | low | nan, 0.0, wide).astype(dtype)
+    return np.where(high, info.max, np.where(low, info.min, in_range)).astype(dtype)
 
 
 def compute_view(array: np.ndarray) -> np.ndarray:

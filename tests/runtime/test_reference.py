@@ -535,3 +535,17 @@ def test_gather_of_no_indices_and_of_booleans():
     data = np.array([[True, False], [False, False]])
     np.testing.assert_array_equal(run(T.GatherOp, data, np.array([1, 0], np.int32), attrs={"axis": 1}), [[False, True], [False, False]])
     assert run(T.GatherOp, normal(3, 2), np.zeros((0,), np.int64)).shape == (0, 2)
+
+
+# --------------------------------------------------------------------------- float -> int casts saturate
+
+
+@pytest.mark.parametrize("element, dtype", [(i32, np.int32), (i64, np.int64)])
+def test_float_to_int_cast_saturates(element, dtype):
+    """docs/semantics.md (the loop level's rule too, docs/legalize.md rule 4):
+    truncation toward zero, NaN gives 0, out of range gives the max or min."""
+    info = np.iinfo(dtype)
+    x = np.array([np.nan, np.inf, -np.inf, 1e19, -1e19, -2.7, 2.7, -0.0, 2.0**31], np.float32)
+    want = [0, info.max, info.min, info.max, info.min, -2, 2, 0, info.max if dtype is np.int32 else 2**31]
+    out = run(T.CastOp, x, result_type=TensorType(x.shape, element))
+    np.testing.assert_array_equal(out, np.array(want, dtype))
