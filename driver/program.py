@@ -160,7 +160,7 @@ class Program:
             else:
                 self._compiled = CompiledProgram(module, pool=WorkerPool(self._threads))
             self._loop_module = self._compiled.module
-            self.stats.functions = len(set(self._compiled.functions.values())) if hasattr(self._compiled, "functions") else len(self._compiled.kernels)
+            self.stats.functions = len(self._compiled.kernels)
         else:
             targets.get("cuda")  # says plainly when there is no GPU
             from fusecc.compiler.pass_manager import PassContext

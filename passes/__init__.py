@@ -13,6 +13,7 @@ for _name, _target in {
     "tile": "fusecc.passes.tiling.tile:Tile",
     "lower-to-loops": "fusecc.passes.lowering.driver:LowerToLoops",
     "plan-memory": "fusecc.passes.memory.plan:PlanMemory",
+    "share-kernels": "fusecc.passes.lowering.share_kernels:ShareKernels",
     "legalize": "fusecc.passes.backends.legalize:Legalize",
     "place-barriers": "fusecc.passes.lowering.barriers:PlaceBarriers",
     "fuse": "fusecc.passes.fusion.fuse:Fuse",
