@@ -6,14 +6,16 @@
 Every contender of a pattern runs in this one process, interleaved (one
 call of each per round, the order rotating between rounds), and the table gives median wall times, median CPU
 times (all threads; less disturbed by other processes on a shared machine)
-and the wall-time ratios numpy/this and torch/this (above 1: this is
-faster). Contenders:
+the cold compile time of fusecc's contenders (CPU seconds with an empty
+kernel cache, LLVM's forked child included; the tensor program's in a fresh
+process: parse, passes and LLVM) and the wall-time ratios numpy/this and
+torch/this (above 1: this is faster). Contenders:
 
   fusecc loops   hand-written loop IR (benchmarks/cpu_kernels.py) compiled by
                  the CPU backend: what the backend can do with a good loop
                  structure
   fusecc         the tensor program through the whole pipeline (fusion,
-                 lowering, CPU backend), when the lowering passes are present
+                 lowering, CPU backend)
   numpy          op by op, each op a full pass over memory (the unfused baseline)
   torch          eager on the CPU, if torch is installed (`pip install .[bench]`)
 
@@ -30,6 +32,7 @@ import math
 import os
 import pathlib
 import sys
+import tempfile
 
 # Contenders run interleaved: a thread pool that spins after a call (torch's
 # OpenMP pool; OpenBLAS's, for 2^28 cycles by default) would take the second
@@ -48,13 +51,14 @@ import cpu_kernels as K  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 F32 = np.float32
+GELU_TANH = math.sqrt(2 / math.pi)
 
 
 # --------------------------------------------------------------------------- numpy, op by op
 
 
 def np_gelu_tanh(x):
-    return F32(0.5) * x * (F32(1) + np.tanh(F32(K.GELU_TANH) * (x + F32(0.044715) * x * x * x)))
+    return F32(0.5) * x * (F32(1) + np.tanh(F32(GELU_TANH) * (x + F32(0.044715) * x * x * x)))
 
 
 def np_layernorm(x, gamma, beta, eps=1e-5):
@@ -228,26 +232,42 @@ def patterns(rng) -> dict[str, Pattern]:
 
 
 def pipeline_contender(pattern: Pattern):
-    """The tensor program through fusion, lowering and the CPU backend, or
-    the reason it cannot run yet."""
-    if pattern.tensor_program is None:
-        return None, "no tensor program"
+    """The tensor program through fusion, lowering and the CPU backend: (a
+    function running it, its cold compile time in CPU seconds, a note)."""
     from fusecc.compiler import parse_module, verify
-    from fusecc.compiler.pass_manager import PassContext, PipelineError, run_pipeline
-    from fusecc.runtime.cpu import compile_program
+    from fusecc.compiler.pass_manager import PassContext, run_pipeline
     from fusecc.driver.cpu_target import loop_pipeline
+    from fusecc.runtime.cpu import compile_program
 
-    try:
-        pipeline = loop_pipeline()
-    except PipelineError as exc:
-        return None, f"pipeline not available ({exc})"
     module = parse_module(pattern.tensor_program)
     verify(module)
-    run_pipeline(pipeline, module, PassContext(target="cpu"))
+    run_pipeline(loop_pipeline(), module, PassContext(target="cpu"))
     program = compile_program(module)
     inputs = pattern.inputs
-    kernels = len(program.kernels)
-    return (lambda: program.run(inputs)[0]), f"{kernels} kernels"
+    return (lambda: program.run(inputs)[0]), cold_compile_seconds(pattern.tensor_program), f"{len(program.kernels)} kernels"
+
+
+def cold_compile_seconds(tensor_program: str) -> float:
+    """Parse, passes and LLVM for `tensor_program` in a fresh process with an
+    empty kernel cache (compare_revisions.py's probe): CPU seconds, LLVM's
+    forked child included."""
+    from compare_revisions import run_probe
+
+    with tempfile.TemporaryDirectory(prefix="cpu-bench-") as tmp:
+        path = pathlib.Path(tmp) / "program.ir"
+        path.write_text(tensor_program)
+        return run_probe(sys.executable, ["compile", str(path)], str(pathlib.Path(tmp) / "cache"))["total"]
+
+
+def cold_loop_compile(module, **options):
+    """compile_program of a loop module never compiled in this process, with
+    the bench's empty disk cache: (program, CPU seconds incl. LLVM's child)."""
+    from compare_revisions import cpu_seconds
+    from fusecc.runtime.cpu import compile_program
+
+    start = cpu_seconds()
+    program = compile_program(module, **options)
+    return program, cpu_seconds() - start
 
 
 def timed(fn) -> tuple[float, float]:
@@ -257,24 +277,20 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - start_cpu
 
 
-def bench(pattern: Pattern, reps: int, compare_vectorizers: bool = False) -> list[tuple[str, float, str]]:
-    from fusecc.runtime.cpu import compile_program
-
+def bench(pattern: Pattern, reps: int, compare_vectorizers: bool = False) -> list[tuple[str, float, float, float, str]]:
     contenders: dict[str, Callable] = {}
     notes: dict[str, str] = {}
+    compile_s: dict[str, float] = {}
     if pattern.loop_module is not None:
         module, inputs = pattern.loop_module()
-        program = compile_program(module)
+        program, compile_s["fusecc loops"] = cold_loop_compile(module)
         contenders["fusecc loops"] = lambda: program.run(inputs)[0]
         notes["fusecc loops"] = f"{len(program.kernels)} kernels"
         if compare_vectorizers:
-            by_llvm = compile_program(module, vectorize="llvm")
+            by_llvm, compile_s["fusecc loops, LLVM LV"] = cold_loop_compile(module, vectorize="llvm")
             contenders["fusecc loops, LLVM LV"] = lambda: by_llvm.run(inputs)[0]
             notes["fusecc loops, LLVM LV"] = "vector loops left to LLVM's loop vectoriser"
-    fn, note = pipeline_contender(pattern)
-    if fn is not None:
-        contenders["fusecc"] = fn
-    notes["fusecc"] = note
+    contenders["fusecc"], compile_s["fusecc"], notes["fusecc"] = pipeline_contender(pattern)
     contenders["numpy"] = pattern.numpy
     from fusecc.runtime.cpu.executor import default_pool
 
@@ -299,19 +315,14 @@ def bench(pattern: Pattern, reps: int, compare_vectorizers: bool = False) -> lis
     rows = []
     for name, samples in times.items():
         wall, cpu = np.median(np.array(samples), axis=0)
-        rows.append((name, float(wall), float(cpu), notes.get(name, "")))
-    if "fusecc" not in contenders:
-        rows.append(("fusecc", float("nan"), float("nan"), notes["fusecc"]))
+        rows.append((name, float(wall), float(cpu), compile_s.get(name, float("nan")), notes.get(name, "")))
     return rows
 
 
 def report(pattern: Pattern, rows) -> str:
-    medians = {name: t for name, t, _, _ in rows}
+    medians = {name: t for name, t, _, _, _ in rows}
     lines = []
-    for name, t, cpu, note in rows:
-        if math.isnan(t):
-            lines.append(f"| {pattern.name} | {pattern.shape} | {name} | – | – | – | – | – | {note} |")
-            continue
+    for name, t, cpu, compile_s, note in rows:
         vs_numpy = medians["numpy"] / t
         vs_torch = medians["torch"] / t if "torch" in medians else float("nan")
         rate = ""
@@ -320,7 +331,8 @@ def report(pattern: Pattern, rows) -> str:
         elif pattern.bytes:
             rate = f"{pattern.bytes / t / 1e9:.1f} GB/s"
         torch_text = f"{vs_torch:.2f}×" if not math.isnan(vs_torch) else "–"
-        lines.append(f"| {pattern.name} | {pattern.shape} | {name} | {t * 1e3:.2f} | {cpu * 1e3:.2f} | {vs_numpy:.2f}× | {torch_text} | {rate} | {note} |")
+        compile_text = f"{compile_s * 1e3:.0f}" if not math.isnan(compile_s) else "–"
+        lines.append(f"| {pattern.name} | {pattern.shape} | {name} | {t * 1e3:.2f} | {cpu * 1e3:.2f} | {compile_text} | {vs_numpy:.2f}× | {torch_text} | {rate} | {note} |")
     return "\n".join(lines)
 
 
@@ -331,6 +343,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="threads for fusecc (default: the CPUs available)")
     parser.add_argument("--compare-vectorizers", action="store_true", help="add the hand-written loops compiled with LLVM's loop vectoriser instead of explicit SIMD")
     args = parser.parse_args(argv)
+    # Compile times are cold: an empty kernel cache for this run (the fusecc
+    # row's compile runs in a fresh process with its own empty cache).
+    cache_dir = tempfile.TemporaryDirectory(prefix="cpu-bench-cache-")
+    os.environ["FUSECC_CACHE_DIR"] = cache_dir.name
     if args.threads:
         from fusecc.runtime.cpu import executor
 
@@ -341,8 +357,8 @@ def main(argv=None) -> int:
     from fusecc.runtime.cpu.executor import default_pool
 
     print(f"# fusecc on {default_pool().threads} threads, numpy {np.__version__}, median of {args.reps} interleaved runs")
-    print("| pattern | shape | contender | wall ms | cpu ms | numpy/this | torch/this | rate | note |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| pattern | shape | contender | wall ms | cpu ms | compile ms | numpy/this | torch/this | rate | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in chosen:
         print(report(table[name], bench(table[name], args.reps, args.compare_vectorizers)), flush=True)
     return 0

@@ -8,11 +8,14 @@ Each pattern is a tensor program that fusecc compiles the way `fusecc
 model.ir -o kernels.cu` does (fused, tiled for the device, CUDA C and its
 kernels.json): LayerNorm+GELU and softmax over [4096, 1024], bias + GELU +
 residual over [4096, 1024], attention (batch 1, 12 heads, 128 tokens, head
-64), examples/mlp.ir and examples/encoder_block.ir. On the GPU the program
-runs through the GPU runtime replayed as a CUDA graph, and the same
-computation runs as CuPy operations one by one (the unfused baseline,
-written against the array API numpy and CuPy share). The table gives median
-GPU times, their ratio, the fused program's effective bandwidth (inputs
+64), examples/mlp.ir and examples/encoder_block.ir. On the GPU both
+contenders are captured as CUDA graphs and replayed: the fused program
+through the GPU runtime, and the same computation as CuPy operations one by
+one (the unfused baseline, written against the array API numpy and CuPy
+share; a graph takes its launch overhead away, as it does the fused one's).
+Their replays are interleaved (one of each per round, the first rotating)
+and timed with CUDA events on one stream. The table gives median GPU times
+with their [min-max], the ratio of the medians, the fused program's effective bandwidth (inputs
 read once, outputs written once) against the device's peak
 (passes/backends/hardware.py) and its kernel count. Then flash attention's memory
 for S = 512 ... 4096: the arena and the one allocation grow linearly in S,
@@ -269,7 +272,7 @@ def dry_run(arch: str, tiny: bool) -> int:
         small = compiled if tiny else compile_pattern(pattern, "small", arch, rng)
         outputs = run_on_cpu(small.manifest, small.source, small.inputs)
         expected = pattern.baseline(np, small.inputs, small.sizes)
-        error = max(max_error(outputs[spec.name], want) for spec, want in zip(small.manifest.outputs, expected))
+        error = max(max_error(outputs[spec.name], want) for spec, want in zip(small.manifest.outputs, expected, strict=True))
         ok = error <= TOLERANCE and not spills
         failures += not ok
         verdict = f"{'ok' if ok else 'MISMATCH'} (max rel error {error:.1e})"
@@ -279,6 +282,53 @@ def dry_run(arch: str, tiny: bool) -> int:
 
 
 # --------------------------------------------------------------------------- on the GPU
+
+ROUNDS = 50  # replays of each contender
+WARMUP = 5
+
+
+def interleaved_rounds(names: list[str], rounds: int) -> list[list[str]]:
+    """Each round runs every contender once; the first one rotates, so none
+    always follows the same other."""
+    return [names[r % len(names):] + names[: r % len(names)] for r in range(rounds)]
+
+
+def capture(stream, work: Callable):
+    """`work`'s GPU work on `stream` recorded as a CUDA graph: (graph, what
+    the captured call returned). One eager call first compiles CuPy's
+    kernels and fills its memory pool, so the capture allocates little; the
+    capture's buffers stay the graph's while the returned arrays live."""
+    with stream:
+        work()
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            result = work()
+        finally:
+            graph = stream.end_capture()
+    return graph, result
+
+
+def interleaved_gpu_times(cupy, stream, replays: dict[str, Callable], rounds: int, warmup: int = WARMUP) -> dict[str, list[float]]:
+    """Seconds of GPU time of each replay, timed by CUDA events recorded on
+    `stream` around it, the contenders interleaved round by round."""
+    with stream:
+        for _ in range(warmup):
+            for replay in replays.values():
+                replay()
+        marks = []
+        for order in interleaved_rounds(list(replays), rounds):
+            for name in order:
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(stream)
+                replays[name]()
+                end.record(stream)
+                marks.append((name, start, end))
+        stream.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in replays}
+    for name, start, end in marks:
+        times[name].append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return times
 
 
 def device_hardware(name: str, arch: str):
@@ -290,7 +340,6 @@ def device_hardware(name: str, arch: str):
 
 def gpu_bench() -> int:
     import cupy
-    from cupyx.profiler import benchmark
 
     from fusecc.runtime.cuda.runtime import CudaRuntime
 
@@ -299,7 +348,8 @@ def gpu_bench() -> int:
     hardware = device_hardware(device_name, runtime.arch)
     peak = hardware.memory_bandwidth if hardware else None
     print(f"device: {device_name} ({runtime.arch}); peak bandwidth {peak / 1e9:.0f} GB/s" if peak else f"device: {device_name} ({runtime.arch}); peak unknown")
-    print(f"{'pattern':<20} {'fused ms':>9} {'cupy ms':>9} {'ratio':>7} {'GB/s':>7} {'of peak':>8} {'kernels':>8}")
+    print(f"both as CUDA graphs, {ROUNDS} interleaved replays each; median GPU times")
+    print(f"{'pattern':<20} {'fused ms':>9} {'cupy ms':>9} {'ratio':>7} {'GB/s':>7} {'of peak':>8} {'kernels':>8}  [min-max] fused, cupy")
     started = time.perf_counter()
     rng = np.random.default_rng(0)
     for pattern in PATTERNS:
@@ -311,17 +361,26 @@ def gpu_bench() -> int:
         fused_out = program(compiled.inputs)
         device_inputs = {name: program.bound.tensors[name] for name in compiled.inputs}
         expected = pattern.baseline(cupy, device_inputs, compiled.sizes)
-        error = max(max_error(fused_out[spec.name], cupy.asnumpy(want)) for spec, want in zip(compiled.manifest.outputs, expected))
+        error = max(max_error(fused_out[spec.name], cupy.asnumpy(want)) for spec, want in zip(compiled.manifest.outputs, expected, strict=True))
         if error > TOLERANCE:
             print(f"{pattern.name:<20} MISMATCH against CuPy: max rel error {error:.2e}")
             continue
         program.capture_graph()
-        with runtime.stream:  # the events that time a run must be on the stream it runs on
-            fused = np.median(benchmark(program.launch, (), n_repeat=50, n_warmup=5).gpu_times[0])
-            baseline = np.median(benchmark(pattern.baseline, (cupy, device_inputs, compiled.sizes), n_repeat=50, n_warmup=5).gpu_times[0])
+        with runtime.device:
+            baseline_graph, captured = capture(runtime.stream, lambda: pattern.baseline(cupy, device_inputs, compiled.sizes))
+            baseline_graph.launch(runtime.stream)
+            runtime.stream.synchronize()
+        error = max(max_error(cupy.asnumpy(got), cupy.asnumpy(want)) for got, want in zip(captured, expected, strict=True))
+        if error > TOLERANCE:
+            print(f"{pattern.name:<20} MISMATCH: CuPy's graph replay against its eager run: max rel error {error:.2e}")
+            continue
+        with runtime.device:
+            times = interleaved_gpu_times(cupy, runtime.stream, {"fused": program.launch, "cupy": lambda: baseline_graph.launch(runtime.stream)}, ROUNDS)
+        fused, baseline = float(np.median(times["fused"])), float(np.median(times["cupy"]))
         gbps = compiled.bytes_moved / fused / 1e9
         of_peak = f"{gbps * 1e9 / peak:7.0%}" if peak else "    n/a"
-        print(f"{pattern.name:<20} {fused * 1e3:9.3f} {baseline * 1e3:9.3f} {baseline / fused:7.2f} {gbps:7.0f} {of_peak:>8} {len(compiled.manifest.launches):8d}")
+        spread = f"[{min(times['fused']) * 1e3:.3f}-{max(times['fused']) * 1e3:.3f}] [{min(times['cupy']) * 1e3:.3f}-{max(times['cupy']) * 1e3:.3f}]"
+        print(f"{pattern.name:<20} {fused * 1e3:9.3f} {baseline * 1e3:9.3f} {baseline / fused:7.2f} {gbps:7.0f} {of_peak:>8} {len(compiled.manifest.launches):8d}  {spread}")
     pool = cupy.get_default_memory_pool()
     rows, device_bytes = [], []
     for s, manifest, source in attention_programs(runtime.arch, ATTENTION_LENGTHS["full"]):

@@ -107,6 +107,56 @@ def test_gpu_bench_dry_run_compiles_and_checks_every_pattern(monkeypatch, cuda_c
         assert capsys.readouterr().out.startswith("gpu_bench: no CUDA GPU here")
 
 
+def test_gpu_bench_captures_both_contenders_and_interleaves_their_replays():
+    """The GPU timing loop, on stand-ins for CuPy's stream and events: each
+    contender is captured once after an eager call, every round replays each
+    once with the first one rotating, and each replay has its own events."""
+    from types import SimpleNamespace
+
+    bench = _load_bench()
+    assert bench.interleaved_rounds(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    log: list[str] = []
+
+    class Stream:
+        capturing = False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def synchronize(self):
+            assert not self.capturing
+            log.append("sync")
+
+        def begin_capture(self):
+            self.capturing = True
+
+        def end_capture(self):
+            self.capturing = False
+            return "graph"
+
+    stream = Stream()
+    calls = []
+    graph, result = bench.capture(stream, lambda: calls.append(stream.capturing) or len(calls))
+    assert (graph, result, calls) == ("graph", 2, [False, True])  # eager first, then captured
+
+    class Event:
+        clock = 0
+
+        def record(self, on):
+            assert on is stream
+            Event.clock += 1
+            self.at = Event.clock
+
+    fake_cupy = SimpleNamespace(cuda=SimpleNamespace(Event=Event, get_elapsed_time=lambda start, end: float(end.at - start.at)))  # ms
+    replays = {"fused": lambda: log.append("fused"), "cupy": lambda: log.append("cupy")}
+    times = bench.interleaved_gpu_times(fake_cupy, stream, replays, rounds=3, warmup=1)
+    assert log[-1] == "sync" and log[1:-1] == ["fused", "cupy", "fused", "cupy", "cupy", "fused", "fused", "cupy"]
+    assert times == {"fused": [1e-3] * 3, "cupy": [1e-3] * 3}
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_examples_match_the_reference_on_the_gpu(example):
