@@ -36,7 +36,11 @@ class PipelineError(ValueError):
 
 @dataclass
 class PassContext:
-    """What passes may read besides the IR: where to report, and settings."""
+    """What passes may read besides the IR: where to report, and settings.
+
+    A setting a pass also takes as an option (`target`) follows one rule:
+    the pass's option wins, else the context's value (`Pass.option`).
+    """
 
     diagnostics: DiagnosticEngine = dataclasses.field(default_factory=DiagnosticEngine)
     target: str = "cpu"
@@ -52,6 +56,12 @@ class Pass:
 
     def run(self, op: Operation, context: PassContext) -> None:
         raise NotImplementedError
+
+    def option(self, name: str, context: PassContext):
+        """The one rule for options the context also holds: the pass's own
+        value wins where it was given (not "" or None), else the context's."""
+        value = getattr(self, name)
+        return getattr(context, name) if value in ("", None) else value
 
     def option_text(self) -> str:
         fields = dataclasses.fields(self)

@@ -17,10 +17,5 @@ for _name, _target in {
     "legalize": "fusecc.passes.backends.legalize:Legalize",
     "place-barriers": "fusecc.passes.lowering.barriers:PlaceBarriers",
     "fuse": "fusecc.passes.fusion.fuse:Fuse",
-    "fuse-attention": "fusecc.passes.fusion.fuse:FuseAttention",
-    "fuse-elementwise": "fusecc.passes.fusion.fuse:FuseElementwise",
-    "fuse-horizontal": "fusecc.passes.fusion.fuse:FuseHorizontal",
-    "fuse-matmul": "fusecc.passes.fusion.fuse:FuseMatmul",
-    "fuse-reductions": "fusecc.passes.fusion.fuse:FuseReductions",
 }.items():
     register_pass(_name, _target)

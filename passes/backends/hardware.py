@@ -116,3 +116,15 @@ def hardware(name: str) -> Hardware:
         return HARDWARE[name]
     except KeyError:
         raise ValueError(f"unknown hardware '{name}'; choose one of {', '.join(HARDWARE)}") from None
+
+
+def pass_hardware(p, op, context) -> Hardware:
+    """The hardware a pass targets, resolved the same way in every pass: its
+    `target` option, else the context's (`Pass.option`); an unknown name is
+    an error located at `op` that names the pass."""
+    from fusecc.compiler.diagnostics import error
+
+    try:
+        return hardware(p.option("target", context))
+    except ValueError as exc:
+        raise error(op.location, f"pass '{p.name}': {exc}") from None

@@ -12,7 +12,7 @@ from fusecc.compiler.traits import ConstantLike, Contraction, Elementwise, Injec
 from fusecc.dialects.fusion import GroupOp
 
 from fusecc.passes.fusion import cost_model as cm
-from fusecc.passes.fusion.parts import horizontal_parts
+from fusecc.passes.tiling.parts import horizontal_parts
 from fusecc.passes.fusion.partition import PARTS, is_fusable
 from fusecc.passes.fusion.reduction import RowSpace, row_space
 

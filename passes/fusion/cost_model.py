@@ -27,34 +27,47 @@ Estimates (`estimate_ops` for a candidate set of top-level ops,
 * flops: per-element weights per op (`FLOPS_PER_ELEMENT`), times how often
   the lowering evaluates the op (values inlined into a larger consumer are
   recomputed per consumer element: `recomputed_flops`);
-* registers per thread and shared memory per block: `kernel_resources`,
-  for the tiles the lowering will use (`tiling.choose_geometry`, which asks
-  the matmul and attention templates for theirs). Elementwise and row
-  kernels: a base, two registers per pointer and the peak number of live
-  scalar values (a linear scan) for each element a thread has in flight;
-  row kernels add a partial per warp and stat in shared memory. Matmul and
-  attention kernels: the templates' own estimates (`gpu_matmul_resources`,
-  `gpu_attention_resources`: accumulators, fragments, staged tiles).
+* registers per thread and shared memory per block: the tiling level's
+  estimate (`tiling/resources.py`) for the tiles the tiler will choose
+  (`tiling/geometry.py`, `tiling/contractions.py`), which the tiler writes
+  on each group too: one figure for fusion decisions and tiles.
 
-The tiler writes the same estimates on each group (`tile.registers`,
-`tile.shared_memory`), and benchmarks/register_estimates.py compares them
-with ptxas. Everything hardware-specific comes from `compiler.hardware`.
+This module imports the tiling level and nothing above it: the tiler does
+not import it either. Everything hardware-specific comes from
+`passes/backends/hardware.py`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.types import TensorType
-from fusecc.passes.lowering import attention as attention_template
-from fusecc.passes.lowering import matmul as matmul_template
-from fusecc.passes.lowering.matmul import MAX_SPECIALISED_COPIES
-from fusecc.passes.tiling.tile import ELEMENTS_PER_THREAD, TileConfig, choose_geometry, elements_per_thread
+from fusecc.passes.tiling.contractions import (
+    MAX_SPECIALISED_COPIES,
+    AttentionShape,
+    MatmulShape,
+    choose_attention_tiles,
+    choose_matmul_tiles,
+    reload_factors,
+)
+from fusecc.passes.tiling.geometry import ELEMENTS_PER_THREAD
+from fusecc.passes.tiling.parts import infer_kind
+from fusecc.passes.tiling.resources import (
+    REGISTERS_PER_POINTER,
+    KernelBody,
+    body_geometry,
+    body_resources,
+    escaping_results,
+    external_inputs,
+    is_free_input,
+    is_splat_constant,
+    kernel_bodies,
+)
 
 # Per-element work, in "flops" (one add or multiply = 1). Ops not listed
 # cost 1 if Elementwise, 0 if Injective, 1 per input element if a Reduction.
@@ -75,12 +88,6 @@ FLOPS_PER_ELEMENT = {
     "tensor.layernorm": 12,
     "tensor.rmsnorm": 8,
 }
-
-# Register bookkeeping on a GPU thread of an elementwise or row kernel:
-# indices, loop counters, predicates (the contraction templates count their own).
-GPU_BASE_REGISTERS = 16
-REGISTERS_PER_POINTER = 2
-
 
 # --------------------------------------------------------------------------- results
 
@@ -151,36 +158,6 @@ def byte_size(value: Value) -> int:
     return t.byte_size if isinstance(t, TensorType) else 8
 
 
-def words(value: Value) -> int:
-    """32-bit registers one element of `value` occupies."""
-    t = value.type
-    element = t.element_type if isinstance(t, TensorType) else t
-    return max(1, (element.bitwidth + 31) // 32)
-
-
-def is_splat_constant(value: Value) -> bool:
-    op = value.defining_op
-    return op is not None and op.has_trait(ConstantLike) and _is_splat(op.attributes["value"])
-
-
-_SPLATS: dict[int, tuple[object, bool]] = {}
-
-
-def _is_splat(attribute) -> bool:
-    """`attribute.is_splat`, memoised by identity (it scans the array)."""
-    found = _SPLATS.get(id(attribute))
-    if found is None or found[0] is not attribute:
-        if len(_SPLATS) > 4096:
-            _SPLATS.clear()
-        found = _SPLATS[id(attribute)] = (attribute, attribute.is_splat)
-    return found[1]
-
-
-def is_free_input(value: Value) -> bool:
-    """Inputs that cost no memory traffic: splat constants become immediates."""
-    return is_splat_constant(value)
-
-
 def flops_per_element(op: Operation) -> float:
     weight = FLOPS_PER_ELEMENT.get(op.name)
     if weight is not None:
@@ -232,37 +209,7 @@ def op_flops(op: Operation) -> tuple[float, float]:
 # --------------------------------------------------------------------------- estimation
 
 
-class _Body:
-    """A candidate or materialised group seen as ops, inputs and outputs."""
-
-    def __init__(self, ops: Sequence[Operation], inputs: Sequence[Value], outputs: Sequence[Value], free: set[Value] = frozenset()):
-        self.ops = [op for op in ops if not op.has_trait(ConstantLike)]
-        self.members = set(self.ops)
-        self.free = set(free)  # values read at no cost: splat constants
-        for op in self.ops:
-            for v in op.operands:
-                if v.defining_op not in self.members and is_free_input(v):
-                    self.free.add(v)
-        self.inputs = [v for v in inputs if v not in self.free]
-        self.outputs = list(outputs)
-        self.output_set = set(outputs)
-
-
-def infer_kind(ops: Sequence[Operation]) -> str:
-    if any(is_attention(op) for op in ops):
-        return "attention"
-    if any(op.has_trait(Contraction) for op in ops):
-        return "matmul"
-    if any(op.has_trait(Reduction) or op.has_trait(Composite) for op in ops):
-        return "reduction"
-    if len(ops) == 1 and ops[0].has_trait(Injective):
-        return "injective"
-    if all(op.has_trait(Elementwise) or op.has_trait(Injective) for op in ops):
-        return "elementwise"
-    return "opaque"
-
-
-def _evaluations(body: _Body, kind: str, hardware: Hardware) -> dict[Operation, float]:
+def _evaluations(body: KernelBody, kind: str, hardware: Hardware) -> dict[Operation, float]:
     """How many times the lowering evaluates each op (>= its element count
     when the op is inlined into a consumer that reads it at more points)."""
     evals: dict[Operation, float] = {}
@@ -288,14 +235,14 @@ def _evaluations(body: _Body, kind: str, hardware: Hardware) -> dict[Operation, 
 def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:
     """Element reads of `value` made by `user` in the lowered kernel."""
     if user.has_trait(Contraction):
-        problem = matmul_template.MatmulProblem.of_op(user)
-        a_reads, b_reads = matmul_template.reload_factors(problem, matmul_template.choose_matmul_tiles(problem, hardware))
+        problem = MatmulShape.of_op(user)
+        a_reads, b_reads = reload_factors(problem, choose_matmul_tiles(problem, hardware))
         return numel(value) * (a_reads if value is user.operands[0] else b_reads)
     if is_attention(user):
         if value is user.operands[0]:
             return numel(value)
-        problem = attention_template.AttentionProblem.of_op(user)
-        return numel(value) * math.ceil(problem.s / attention_template.choose_attention_tiles(problem, hardware).block_q)
+        problem = AttentionShape.of_op(user)
+        return numel(value) * math.ceil(problem.s / choose_attention_tiles(problem, hardware).block_q)
     if user.has_trait(Reduction) or user.has_trait(Composite):
         return numel(value)
     per_user = evals.get(user, numel(user.results[0]))
@@ -304,7 +251,7 @@ def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:
     return per_user
 
 
-def _row_elements(body: _Body) -> tuple[int, int] | None:
+def _row_elements(body: KernelBody) -> tuple[int, int] | None:
     """(rows, row length) of a row-wise reduction group, from its first
     reduction or normalising composite."""
     for op in body.ops:
@@ -323,70 +270,6 @@ def _row_elements(body: _Body) -> tuple[int, int] | None:
     return None
 
 
-def _peak_live_words(body: _Body) -> int:
-    """Peak 32-bit values live at once when the body is evaluated in order."""
-    last_use: dict[Value, int] = {}
-    for index, op in enumerate(body.ops):
-        for v in op.operands:
-            last_use[v] = index
-    live = peak = 0
-    free = body.free
-    loaded: set[Value] = set(free)
-    for index, op in enumerate(body.ops):
-        for v in op.operands:
-            if v not in loaded and v.defining_op not in body.members:
-                loaded.add(v)
-                live += words(v)
-        out = sum(words(r) for r in op.results)
-        peak = max(peak, live + out)
-        for r in op.results:
-            if r in last_use:
-                live += words(r)
-        for v in set(op.operands):
-            if last_use.get(v) == index and v not in free:
-                live -= words(v)
-    return peak
-
-
-def _geometry(body: _Body, kind: str, hardware: Hardware) -> TileConfig:
-    """The tiles the tiler would choose for this body."""
-    return choose_geometry(kind, body.ops, [v.type.shape for v in body.outputs], hardware)
-
-
-def _resources(body: _Body, kind: str, hardware: Hardware, tiles: TileConfig) -> tuple[int, int]:
-    """(registers per thread, shared memory per block) of the kernel that
-    lowers `body` as a `kind` group with `tiles`. On the CPU a "register" is
-    a vector lane and "shared memory" the tiles a worker keeps in cache."""
-    live = _peak_live_words(body)
-    pointers = len(body.inputs) + len(body.outputs)
-    contraction = next((op for op in body.ops if op.has_trait(Contraction) or is_attention(op)), None)
-    if kind == "matmul" and contraction is not None:
-        problem = matmul_template.MatmulProblem.of_op(contraction)
-        if not hardware.is_gpu:
-            used = matmul_template.cpu_matmul_resources(matmul_template.choose_cpu_matmul_tiles(problem, hardware, tiles.block))
-            return (live + 1) * hardware.warp_size + used.registers_per_thread, used.shared_bytes
-        gpu = matmul_template.GpuMatmulTiles(*tiles.block, tiles.k, tiles.threads)
-        used = matmul_template.gpu_matmul_resources(gpu, problem.result.type.element_type)
-        # The epilogue runs after the k loop, in the registers the A and B
-        # fragments held; only what it needs beyond them (side inputs' pointers
-        # and its live values) adds up.
-        tm, tn = gpu.micro_tile
-        epilogue = REGISTERS_PER_POINTER * max(0, pointers - 3) + live
-        return used.registers_per_thread + max(0, epilogue - tm - tn), used.shared_bytes
-    if kind == "attention" and contraction is not None:
-        problem = attention_template.AttentionProblem.of_op(contraction)
-        if not hardware.is_gpu:
-            used = attention_template.cpu_attention_resources(attention_template.AttentionTiles(*tiles.block), problem)
-            return (live + 1) * hardware.warp_size + used.registers_per_thread, used.shared_bytes
-        used = attention_template.gpu_attention_resources(attention_template.AttentionTiles(*tiles.block, tiles.threads), problem)
-        return used.registers_per_thread + REGISTERS_PER_POINTER * max(0, pointers - 4), used.shared_bytes
-    if not hardware.is_gpu:
-        return (live + 1) * hardware.warp_size, 0
-    # A row kernel keeps each statistic it reduced in a register for the epilogue.
-    registers = GPU_BASE_REGISTERS + REGISTERS_PER_POINTER * pointers + elements_per_thread(tiles, hardware) * live + tiles.statistics
-    return registers, tiles.shared_memory_bytes
-
-
 def register_growth_per_value(hardware: Hardware) -> int:
     """At most how many registers one more value read or written adds to an
     elementwise or matmul group whose shapes do not grow: a pointer and a
@@ -394,7 +277,7 @@ def register_growth_per_value(hardware: Hardware) -> int:
     return REGISTERS_PER_POINTER + ELEMENTS_PER_THREAD if hardware.is_gpu else 2 * hardware.warp_size
 
 
-def _estimate(body: _Body, kind: str, hardware: Hardware) -> GroupCost:
+def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
     bytes_read = sum(byte_size(v) for v in body.inputs)
     bytes_written = sum(byte_size(v) for v in body.outputs)
     evals = _evaluations(body, kind, hardware)
@@ -406,7 +289,7 @@ def _estimate(body: _Body, kind: str, hardware: Hardware) -> GroupCost:
         tensor_flops += core
         other_flops += other * factor
         recomputed += other * (factor - 1)
-    registers, shared = _resources(body, kind, hardware, _geometry(body, kind, hardware))
+    registers, shared = body_resources(body, kind, hardware, body_geometry(body, kind, hardware))
     compute = tensor_flops / hardware.peak_tensor_flops + other_flops / hardware.peak_flops
     memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
     time = hardware.launch_overhead + max(compute, memory)
@@ -424,28 +307,13 @@ def _estimate(body: _Body, kind: str, hardware: Hardware) -> GroupCost:
     )
 
 
-def external_inputs(ops: Iterable[Operation], members: set[Operation]) -> list[Value]:
-    """Values the ops read that are defined outside them, in first-use order."""
-    seen: dict[Value, None] = {}
-    for op in ops:
-        for v in op.operands:
-            if v.defining_op not in members and v not in seen:
-                seen[v] = None
-    return list(seen)
-
-
-def escaping_results(ops: Iterable[Operation], members: set[Operation]) -> list[Value]:
-    """Results used outside the ops (by other ops or a terminator)."""
-    return [r for op in ops for r in op.results if any(user not in members for user in r.users)]
-
-
 def estimate_ops(ops: Sequence[Operation], hardware: Hardware, kind: str | None = None, outputs: Sequence[Value] | None = None) -> GroupCost:
     """Cost of a candidate group made of these top-level ops (program order).
 
     Its inputs are the values the ops read from outside, its outputs the
     results used outside (or `outputs`, for ops not yet in the IR)."""
     members = set(ops)
-    body = _Body(ops, external_inputs(ops, members), escaping_results(ops, members) if outputs is None else outputs)
+    body = KernelBody(ops, external_inputs(ops, members), escaping_results(ops, members) if outputs is None else outputs)
     return _estimate(body, kind or infer_kind(body.ops), hardware)
 
 
@@ -471,25 +339,9 @@ def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_in
     )
 
 
-def _kernel_bodies(group: Operation) -> list[tuple[str, _Body]]:
-    """(kind, body) of the group, or of each of its parts if horizontal."""
-    kind = group.attr("kind")
-    free = {arg for arg, value in zip(group.body.args, group.operands) if is_free_input(value)}
-    if kind != "horizontal":
-        return [(kind, _Body(group.body_ops(), group.body.args, group.yield_op.operands, free))]
-    from fusecc.passes.fusion.parts import horizontal_parts
-
-    bodies = []
-    for part_kind, ops in horizontal_parts(group):
-        members = set(ops)
-        outputs = [v for v in group.yield_op.operands if v.defining_op in members]
-        bodies.append((part_kind, _Body(ops, external_inputs(ops, members), outputs, free)))
-    return bodies
-
-
 def estimate_group(group: Operation, hardware: Hardware) -> GroupCost:
     """Cost of a materialised `fusion.group`."""
-    bodies = _kernel_bodies(group)
+    bodies = kernel_bodies(group)
     if group.attr("kind") != "horizontal":
         ((kind, body),) = bodies
         return _estimate(body, kind, hardware)
@@ -497,20 +349,6 @@ def estimate_group(group: Operation, hardware: Hardware) -> GroupCost:
     read = {v for _, body in bodies for v in body.inputs}
     shared_input_bytes = sum(c.bytes_read for c in costs) - sum(byte_size(v) for v in read)
     return combine_horizontal(costs, hardware, shared_input_bytes=shared_input_bytes)
-
-
-def kernel_resources(group: Operation, hardware: Hardware, tiles: TileConfig) -> tuple[int, int]:
-    """(registers per thread, shared memory per block) of the kernel that
-    lowers `group` with `tiles`: what the tiler writes as `tile.registers`
-    and `tile.shared_memory`. With the tiler's own choice of tiles it is
-    `estimate_group`'s figure; the parts of a horizontal group keep their
-    own tiles: the hungriest part's registers, every part's shared memory."""
-    bodies = _kernel_bodies(group)
-    if group.attr("kind") != "horizontal":
-        ((kind, body),) = bodies
-        return _resources(body, kind, hardware, tiles)
-    used = [_resources(body, kind, hardware, _geometry(body, kind, hardware)) for kind, body in bodies]
-    return max(r for r, _ in used), sum(s for _, s in used)
 
 
 # --------------------------------------------------------------------------- the decision
@@ -596,7 +434,10 @@ __all__ = [
     "decide",
     "estimate_group",
     "estimate_ops",
-    "kernel_resources",
+    "escaping_results",
+    "external_inputs",
+    "is_free_input",
+    "is_splat_constant",
     "register_growth_per_value",
     "format_bytes",
     "format_kib",

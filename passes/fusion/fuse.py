@@ -3,11 +3,12 @@
     fusecc-opt model.ir -p 'fuse{target=h200}' [--explain-fusion]
 
 runs the fusion phases below on one plan per function and materialises
-the plan as `fusion.group` ops. Each phase is also a pass of its own
-(`fuse-attention`, `fuse-matmul`, `fuse-reductions`, `fuse-elementwise`,
-`fuse-horizontal`) that groups only what it fuses; each can be switched off
-in `fuse` (`fuse{horizontal=false}`). Existing groups in the input are kept
-as they are and renumbered, so golden tests can start from fused IR.
+the plan as `fusion.group` ops. `fuse{only=elementwise}` (or
+`only=matmul,elementwise`) runs the listed phases alone and groups only what
+they fuse; `fuse{horizontal=false}` switches one phase off. The target is
+the `target` option, else the pass context's (`--target`). Existing groups
+in the input are kept as they are and renumbered, so golden tests can start
+from fused IR.
 
 Phases, in order of precedence (an earlier phase claims ops first because
 its pattern saves more per op):
@@ -94,10 +95,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fusecc.compiler.diagnostics import error
-from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.compiler.ir import Operation
-from fusecc.compiler.pass_manager import Pass, PassContext
+from fusecc.compiler.pass_manager import Pass, PassContext, PipelineError
+from fusecc.passes.backends.hardware import Hardware, pass_hardware
 from fusecc.dialects.fusion import GroupOp
 
 from fusecc.passes.fusion.attention import plan_attention, raise_attention
@@ -160,83 +160,34 @@ def fuse_module(module: Operation, hw: Hardware, enabled=PHASES, group_everythin
 
 
 @dataclass(frozen=True)
-class FusionPass(Pass):
-    """Shared driver of `fuse` and the single-phase passes."""
+class Fuse(Pass):
+    """`fuse`: every phase, or with `only=` the listed phases alone."""
 
-    target: str = ""
-    anchor: ClassVar[str] = "builtin.module"
-    group_everything: ClassVar[bool] = False
-
-    def enabled(self) -> tuple[str, ...]:
-        raise NotImplementedError
-
-    def run(self, op: Operation, context: PassContext) -> None:
-        name = self.target or context.target
-        try:
-            hw = hardware(name)
-        except ValueError as exc:
-            raise error(op.location, f"pass '{self.name}': {exc}") from None
-        result = fuse_module(op, hw, self.enabled(), self.group_everything, explain=context.explain)
-        context.statistics[f"{self.name}.groups"] = len(result.groups)
-        if context.explain:
-            result.emit_remarks(context.diagnostics)
-
-
-@dataclass(frozen=True)
-class Fuse(FusionPass):
     name: ClassVar[str] = "fuse"
     summary: ClassVar[str] = "partition every function into fusion groups (one kernel each), driven by the cost model"
-    group_everything: ClassVar[bool] = True
+    anchor: ClassVar[str] = "builtin.module"
+    target: str = ""  # the hardware whose cost model decides; "" takes the context's
+    # Run only these phases (`only=matmul,elementwise`), in the fixed order of
+    # PHASES, and group only what they fuse: ops they leave alone stay bare,
+    # so a golden test of one phase sees that phase's groups only.
+    only: tuple[str, ...] = ()
     attention: bool = True
     matmul: bool = True
     reduction: bool = True
     elementwise: bool = True
     horizontal: bool = True
 
+    def __post_init__(self):
+        unknown = [phase for phase in self.only if phase not in PHASES]
+        if unknown:
+            raise PipelineError(f"pass 'fuse': unknown phase '{unknown[0]}' in only= (phases: {', '.join(PHASES)})")
+
     def enabled(self) -> tuple[str, ...]:
-        return tuple(phase for phase in PHASES if getattr(self, phase))
+        return tuple(phase for phase in PHASES if (phase in self.only if self.only else getattr(self, phase)))
 
-
-@dataclass(frozen=True)
-class FuseAttention(FusionPass):
-    name: ClassVar[str] = "fuse-attention"
-    summary: ClassVar[str] = "raise op-by-op attention to tensor.attention and group it with its head split/merge"
-
-    def enabled(self):
-        return ("attention",)
-
-
-@dataclass(frozen=True)
-class FuseMatmul(FusionPass):
-    name: ClassVar[str] = "fuse-matmul"
-    summary: ClassVar[str] = "group each matmul with its elementwise epilogue and cheap prologue"
-
-    def enabled(self):
-        return ("matmul",)
-
-
-@dataclass(frozen=True)
-class FuseReductions(FusionPass):
-    name: ClassVar[str] = "fuse-reductions"
-    summary: ClassVar[str] = "group row-wise reductions with their elementwise prologue and epilogue"
-
-    def enabled(self):
-        return ("reduction",)
-
-
-@dataclass(frozen=True)
-class FuseElementwise(FusionPass):
-    name: ClassVar[str] = "fuse-elementwise"
-    summary: ClassVar[str] = "group elementwise and layout producer-consumer chains"
-
-    def enabled(self):
-        return ("elementwise",)
-
-
-@dataclass(frozen=True)
-class FuseHorizontal(FusionPass):
-    name: ClassVar[str] = "fuse-horizontal"
-    summary: ClassVar[str] = "merge sibling matmuls on concatenated weights; give independent same-shape groups one launch"
-
-    def enabled(self):
-        return ("horizontal",)
+    def run(self, op: Operation, context: PassContext) -> None:
+        hw = pass_hardware(self, op, context)
+        result = fuse_module(op, hw, self.enabled(), group_everything=not self.only, explain=context.explain)
+        context.statistics[f"{self.name}.groups"] = len(result.groups)
+        if context.explain:
+            result.emit_remarks(context.diagnostics)

@@ -11,7 +11,7 @@ inputs; the op count and the hungriest part's registers and shared memory
 must stay within the limits).
 
 The result is a `horizontal` group whose parts are the merged clusters;
-`fusion.parts` records each part's kind (see `parts.py`). Four LayerNorms
+`fusion.parts` records each part's kind (see `tiling/parts.py`). Four LayerNorms
 over same-shape inputs become one launch this way. Sibling matmuls that
 share an input are merged earlier, into one matmul on concatenated weights
 (`siblings.py`).

@@ -33,6 +33,7 @@ from fusecc.compiler.traits import FUSION_CLASSES, ConstantLike, Elementwise, In
 from fusecc.dialects.fusion import GroupOp, YieldOp
 
 from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.tiling.parts import component_kinds
 
 # Kinds whose growth by an elementwise op changes only registers and op count.
 QUICK_KINDS = ("elementwise", "injective", "matmul")
@@ -551,8 +552,6 @@ def _build_group(partition: Partition, cluster: Cluster, group_id: int) -> Group
     body.append(terminator)
     attributes: dict[str, A.Attribute] = {"kind": A.StringAttr(cluster.kind), "id": A.IntegerAttr(group_id)}
     if cluster.kind == "horizontal":
-        from fusecc.passes.fusion.parts import component_kinds
-
         attributes[PARTS] = A.ArrayAttr(tuple(A.StringAttr(k) for k in component_kinds(body)))
     group = GroupOp(list(arguments), [r.type for r in outputs], attributes, [Region([body])], fuse_locations(op.location for op in ops))
     for result, new in zip(outputs, group.results):

@@ -44,57 +44,36 @@ over keys and over the head dimension:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
-from fusecc.compiler.types import MemRefType, broadcast_shapes, f32
+from fusecc.compiler.types import MemRefType, f32
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, template
-from fusecc.passes.lowering.kernel_builder import ceil_div, next_pow2
+from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
-from fusecc.passes.lowering.matmul import BASE_REGISTERS, MAX_GRID_YZ, KernelResources, check_resources, the_only, tile_attribute
+from fusecc.passes.lowering.matmul import MAX_GRID_YZ, check_resources, the_only, tile_attribute
+from fusecc.passes.tiling.contractions import (
+    AttentionShape,
+    AttentionTiles,
+    KernelResources,
+    choose_attention_tiles,
+    gpu_attention_resources,
+)
 from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index
 
 
-@dataclass(frozen=True)
-class AttentionProblem:
-    op: T.AttentionOp
-    batch: tuple[int, ...]
-    s: int
-    t: int
-    d: int
-    dv: int
+class AttentionProblem(AttentionShape):
+    """An attention group's problem: its shape (`tiling/contractions.py`)
+    and the index of each operand's element."""
 
     @classmethod
     def of(cls, group: GroupOp) -> "AttentionProblem":
         return cls.of_op(the_only(group, T.AttentionOp))
-
-    @classmethod
-    def of_op(cls, op: T.AttentionOp) -> "AttentionProblem":
-        q, k, v = (x.type.shape for x in (op.query, op.key, op.value))
-        batch = broadcast_shapes(q[:-2], k[:-2], v[:-2])
-        return cls(op, tuple(batch), q[-2], k[-2], q[-1], v[-1])
-
-    @property
-    def batch_size(self) -> int:
-        return math.prod(self.batch)
-
-    @property
-    def mask(self) -> Value | None:
-        return self.op.mask
-
-    @property
-    def scale(self) -> float:
-        return self.op.effective_scale()
-
-    @property
-    def causal(self) -> bool:
-        return bool(self.op.attr("causal"))
 
     def batch_index(self, flat: Value, im: IndexMath) -> list[Value]:
         return im.delinearize(flat, self.batch) if self.batch else []
@@ -121,83 +100,10 @@ class AttentionProblem:
 # --------------------------------------------------------------------------- tile sizes
 
 
-@dataclass(frozen=True)
-class AttentionTiles:
-    block_q: int  # BQ: query rows per block (GPU) or per worker iteration (CPU)
-    block_t: int  # BT: keys per tile
-    threads: int = 1  # GPU threads per block: BQ rows × TPR threads per row
-
-    @property
-    def threads_per_row(self) -> int:
-        return self.threads // self.block_q
-
-
-def choose_gpu_attention_tiles(problem: AttentionProblem, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
-    """BQ query rows × BT keys, 64 × 64 or the problem's size rounded up to a
-    power of two (at least 8), halved together until the registers and
-    shared memory fit (`gpu_attention_resources`); two threads per query row
-    (one warp at least: the row sums are warp shuffles). `block` and
-    `threads` force those choices. When nothing fits, the smallest tile is
-    returned: the cost model refuses the fusion and the template the tile."""
-    bq, bt = min(64, max(8, next_pow2(problem.s))), min(64, max(8, next_pow2(problem.t)))
-    while True:
-        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
-        try:
-            check_resources(gpu_attention_resources(tiles, problem), hardware, "attention")
-            break
-        except LoweringError:
-            if min(bq, bt) <= 8:
-                break
-            bq, bt = max(8, bq // 2), max(8, bt // 2)
-    if block is not None:
-        bq, bt = block
-        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
-    return AttentionTiles(tiles.block_q, tiles.block_t, threads or tiles.threads)
-
-
-def choose_cpu_attention_tiles(problem: AttentionProblem, hardware: Hardware, block=None) -> AttentionTiles:
-    """32 query rows per worker iteration × 64 keys (4 vectors), fewer keys
-    for a short sequence; rows, then keys, halved while the worker's tiles
-    outgrow its cache (`cpu_attention_resources`). `block` forces both."""
-    if block is not None:
-        return AttentionTiles(*block)
-    bq, bt = 32, min(4 * hardware.warp_size, next_pow2(problem.t))
-    while cpu_attention_resources(AttentionTiles(bq, bt), problem).shared_bytes > hardware.shared_memory_per_block and bt > hardware.warp_size:
-        if bq > 4:
-            bq //= 2
-        else:
-            bt //= 2
-    return AttentionTiles(bq, bt)
-
-
-def choose_attention_tiles(problem: AttentionProblem, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
-    """The tiles for `hardware`'s kind (a CPU takes only `block`)."""
-    if hardware.is_gpu:
-        return choose_gpu_attention_tiles(problem, hardware, block, threads)
-    return choose_cpu_attention_tiles(problem, hardware, block)
-
-
 def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardware) -> AttentionTiles:
     """The group's `tile.block = [BQ, BT]` and `tile.threads` as the tiler
     set them; what it leaves out, the choosers above fill in."""
     return choose_attention_tiles(problem, hardware, tile_attribute(group, "tile.block", None), tile_attribute(group, "tile.threads", None))
-
-
-def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) -> KernelResources:
-    """Registers: BT/TPR scores, Dv/TPR output accumulators, m and l, the base.
-    Shared memory: the q, k, v and probability tiles in f32 (q, k, p rows padded)."""
-    tpr = tiles.threads_per_row
-    registers = tiles.block_t // tpr + ceil_div(problem.dv, tpr) + 2 + BASE_REGISTERS
-    bq, bt = tiles.block_q, tiles.block_t
-    shared = (bq * (problem.d + 1) + bt * (problem.d + 1) + bt * problem.dv + bq * (bt + 1)) * f32.byte_size
-    return KernelResources(tiles.threads, registers, shared)
-
-
-def cpu_attention_resources(tiles: AttentionTiles, problem: AttentionProblem) -> KernelResources:
-    """On the CPU: a row of BT scores in vector lanes, and the worker's
-    q [BQ, D], kᵀ [D, BT], v [BT, Dv] and output [BQ, Dv] tiles in f32."""
-    bq, bt = tiles.block_q, tiles.block_t
-    return KernelResources(1, bt, (bq * problem.d + problem.d * bt + bt * problem.dv + bq * problem.dv) * f32.byte_size)
 
 
 def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, hardware: Hardware) -> KernelResources:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.diagnostics import error
-from fusecc.passes.backends.hardware import Hardware, hardware
+from fusecc.passes.backends.hardware import Hardware, pass_hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.traits import Composite, Contraction, Elementwise, Injective, Reduction
@@ -44,7 +44,7 @@ from fusecc.dialects.fusion import GroupOp, YieldOp
 
 from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, LoweredGroup, memref_for
 from fusecc.passes.lowering.scalar_emitter import LoweringError
-from fusecc.passes.tiling.tile import REGISTERS, SHARED_MEMORY
+from fusecc.passes.tiling.geometry import REGISTERS, SHARED_MEMORY
 
 # The tiler's estimates, kept on every kernel of the group (benchmarks/register_estimates.py
 # and `fusecc --resource-usage` set them beside ptxas's figures).
@@ -249,13 +249,10 @@ class LowerToLoops(Pass):
     summary = "Lower fused functions to loop kernels and a host schedule each (naive arena plan)"
     anchor = "builtin.module"
 
-    target: str = "h200"
+    target: str = ""  # the hardware to lower for; "" takes the context's
 
     def run(self, module: Operation, context: PassContext) -> None:
-        try:
-            hw = hardware(self.target)
-        except ValueError as exc:
-            raise error(module.location, f"lower-to-loops: {exc}") from None
+        hw = pass_hardware(self, module, context)
         load_templates()
         functions = [op for op in module.body if isinstance(op, F.FuncOp)]
         names = Names(op.attr("sym_name") for op in module.body if op.attributes.get("sym_name") is not None)

@@ -36,7 +36,7 @@ from fusecc.compiler.ir import Value
 
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, ceil_div, product, threads
 from fusecc.passes.lowering.scalar_emitter import ScalarEmitter
-from fusecc.passes.tiling.tile import TileConfig, elementwise_block
+from fusecc.passes.tiling.geometry import TileConfig, elementwise_block
 
 Output = tuple[Value, Value]  # (group value, buffer to store it in)
 

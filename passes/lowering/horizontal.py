@@ -30,7 +30,8 @@ from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, Launch, LoweredG
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, build_kernel
 from fusecc.passes.lowering.reduction import NotRowLocal, row_part, row_plan
 from fusecc.passes.lowering.reduction_analysis import analyse_ops
-from fusecc.passes.tiling.tile import Overrides, TileConfig, analysis_geometry, elementwise_block, rows_config, tile_config
+from fusecc.passes.tiling.geometry import Overrides, TileConfig, analysis_geometry, elementwise_block, rows_config
+from fusecc.passes.tiling.tile import tile_config
 
 FOREIGN = {"tensor.matmul": "matmul", "tensor.attention": "attention"}
 

@@ -56,6 +56,7 @@ from fusecc.compiler.types import MemRefType, ScalarType, f32, i1, index
 from fusecc.dialects import arith, loop
 
 from fusecc.passes.lowering.barriers import place_barriers_in
+from fusecc.passes.tiling.shapes import ceil_div, compute_type, next_pow2, product
 from fusecc.passes.lowering.scalar_emitter import IndexMath, ScalarEmitter, Scalars, _number_attr, visible_here
 
 IndexLike = Value | int
@@ -353,29 +354,6 @@ def dispatch(kb: KernelBuilder, parts: Sequence[Part], unit: Value, start: int) 
 def threads(kb: KernelBuilder, count: int, body: Callable[[Value], None]) -> None:
     """The thread loop of a GPU part."""
     kb.parallel([count], ["thread.x"], body, ["tid"])
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
-def product(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def compute_type(t: ScalarType) -> ScalarType:
-    """Floats are computed in f32 whatever their storage (as the reference does)."""
-    return f32 if t.is_float else t
 
 
 __all__ = [

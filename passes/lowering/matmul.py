@@ -55,22 +55,32 @@ last tile is guarded at the span's end, as the separate matmuls' would be.
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
-from fusecc.compiler.types import MemRefType, ScalarType, broadcast_shapes
+from fusecc.compiler.types import MemRefType, ScalarType
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
-from fusecc.passes.lowering.kernel_builder import Part, ceil_div, compute_type, dispatch, next_pow2
+from fusecc.passes.lowering.kernel_builder import Part, ceil_div, dispatch
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
+from fusecc.passes.tiling.contractions import (
+    MAX_SPECIALISED_COPIES,
+    CpuMatmulTiles,
+    GpuMatmulTiles,
+    KernelResources,
+    MatmulShape,
+    choose_cpu_matmul_tiles,
+    choose_gpu_matmul_tiles,
+    gpu_matmul_resources,
+    resource_problem,
+)
 
 
 # --------------------------------------------------------------------------- the problem
@@ -84,51 +94,13 @@ def the_only(group: GroupOp, op_class: type[Operation]) -> Operation:
     return found[0]
 
 
-@dataclass(frozen=True)
-class MatmulProblem:
-    """One matmul in canonical form: [batch] × (M×K) · (K×N)."""
-
-    op: T.MatmulOp
-    batch: tuple[int, ...]
-    m: int
-    n: int
-    k: int
+class MatmulProblem(MatmulShape):
+    """A matmul group's problem: its shape (`tiling/contractions.py`: what
+    tiles and costs depend on) and the index of each operand's element."""
 
     @classmethod
     def of(cls, group: GroupOp) -> "MatmulProblem":
         return cls.of_op(the_only(group, T.MatmulOp))
-
-    @classmethod
-    def of_op(cls, op: T.MatmulOp) -> "MatmulProblem":
-        a, b = cls._logical(op.lhs.type.shape, op.attr("transpose_a")), cls._logical(op.rhs.type.shape, op.attr("transpose_b"))
-        m = a[-2] if len(a) >= 2 else 1
-        n = b[-1] if len(b) >= 2 else 1
-        batch = broadcast_shapes(a[:-2], b[:-2])
-        return cls(op, tuple(batch), m, n, a[-1])
-
-    @staticmethod
-    def _logical(shape, transposed: bool) -> tuple[int, ...]:
-        return (*shape[:-2], shape[-1], shape[-2]) if transposed else tuple(shape)
-
-    @property
-    def lhs(self) -> Value:
-        return self.op.lhs
-
-    @property
-    def rhs(self) -> Value:
-        return self.op.rhs
-
-    @property
-    def result(self) -> Value:
-        return self.op.result
-
-    @property
-    def batch_size(self) -> int:
-        return math.prod(self.batch)
-
-    @property
-    def accumulator(self) -> ScalarType:
-        return compute_type(self.result.type.element_type)
 
     def batch_index(self, flat: Value, im: IndexMath) -> list[Value]:
         return im.delinearize(flat, self.batch) if self.batch else []
@@ -186,12 +158,6 @@ class MatmulProblem:
 
 # --------------------------------------------------------------------------- ranges of concatenated pieces
 
-# The most specialised copies of the inner loops one kernel gets for the
-# pieces of its concatenated operands (ranges along M x N x K); the cost model
-# merges at most this many sibling matmuls (cost_model.sibling_merge_refusal).
-MAX_SPECIALISED_COPIES = 16
-
-
 @dataclass(frozen=True)
 class Span:
     """A range [start, end) of one axis of the product in which every
@@ -238,50 +204,6 @@ def in_span(w: KernelWriter, axis: list[Span], tile_index: Value, body) -> None:
 # --------------------------------------------------------------------------- tile sizes
 
 
-@dataclass(frozen=True)
-class GpuMatmulTiles:
-    block_m: int  # BM×BN: the output tile of one block
-    block_n: int
-    block_k: int  # BK: the contraction step staged in shared memory
-    threads: int
-
-    @property
-    def micro_tile(self) -> tuple[int, int]:
-        """TM×TN outputs per thread: as square as divides the block tile
-        (64×64 over 256 threads: 4×4; 128×128 over 256: 8×8)."""
-        per_thread = self.block_m * self.block_n // self.threads
-        tm = 1
-        while (2 * tm) ** 2 <= per_thread and self.block_m % (2 * tm) == 0 and per_thread % (2 * tm) == 0:
-            tm *= 2
-        return tm, per_thread // tm
-
-
-@dataclass(frozen=True)
-class CpuMatmulTiles:
-    block_m: int  # MC×NC: the output tile of one worker iteration (cache blocking)
-    block_n: int
-    micro_m: int  # MR×NR: the register block; NR is a vector loop
-    micro_n: int
-    pack_b: bool = False  # a first kernel copies B into contiguous K×NR panels
-    pack_a: bool = False  # and A into K×MR panels (the MR values of one k in one cache line)
-
-
-@dataclass(frozen=True)
-class KernelResources:
-    """Estimated per-block needs of a kernel (the tiler and cost model ask);
-    on the CPU, registers are vector lanes and shared memory the tiles a
-    worker keeps in cache."""
-
-    threads: int
-    registers_per_thread: int
-    shared_bytes: int
-
-
-# Registers a thread needs besides its tile values: indices, addresses, loop
-# counters, the guard and staging temporaries (ptxas reports ~20-30 for such kernels).
-BASE_REGISTERS = 32
-
-
 def tile_attribute(group: GroupOp, name: str, default):
     """A tile choice the tiler put on the group (`tile.block`, `tile.k`,
     `tile.threads`; see tiling.py), or the template's own default."""
@@ -289,92 +211,14 @@ def tile_attribute(group: GroupOp, name: str, default):
     return default if value is None else value.value
 
 
-# The GPU block tiles, fullest first: (BM, BN, threads). Every block has at
-# least four warps, one for each scheduler of an SM; the TM×TN outputs per
-# thread (`GpuMatmulTiles.micro_tile`) shrink with the tile.
-GPU_MATMUL_TILES = (
-    (128, 128, 256),  # 8×8 per thread
-    (128, 64, 256),  # 4×8
-    (64, 64, 128),  # 4×8
-    (64, 32, 128),  # 4×4
-    (32, 32, 128),  # 2×4
-    (32, 16, 128),  # 2×2
-    (16, 16, 128),  # 1×2
-)
-
-
-def busiest_sm_work(batch: int, m: int, n: int, tiles: GpuMatmulTiles, hardware: Hardware) -> float:
-    """The modelled issue time of the busiest SM, in FMA-issue units per k:
-    its share of the blocks (⌈blocks / SMs⌉, blocks spread evenly) times the
-    outputs of a block times what an output costs. A TM×TN micro-tile does
-    TM·TN FMAs per TM + TN shared-memory loads, and an SM issues
-    `fma_per_shared_word` FMAs in the time its shared memory serves one
-    word per lane, so an output costs max(1, F·(TM+TN)/(TM·TN)): on an H200
-    8×8 runs at the FMA rate, 4×4 at half of it, 1×2 at a sixth."""
-    tm, tn = tiles.micro_tile
-    blocks = batch * ceil_div(m, tiles.block_m) * ceil_div(n, tiles.block_n)
-    per_output = max(1.0, hardware.fma_per_shared_word * (tm + tn) / (tm * tn))
-    return ceil_div(blocks, hardware.sm_count) * tiles.block_m * tiles.block_n * per_output
-
-
-@functools.lru_cache(maxsize=1024)
-def _best_gpu_tiles(batch: int, m: int, n: int, element: ScalarType, hardware: Hardware) -> GpuMatmulTiles:
-    """`choose_gpu_matmul_tiles`'s own choice (memoised: the fusion planner
-    asks about the same shapes many times)."""
-    fitting = []
-    for bm, bn, t in GPU_MATMUL_TILES:
-        if bm > max(16, next_pow2(m)) or bn > max(16, next_pow2(n)):
-            continue
-        tiles = GpuMatmulTiles(bm, bn, 32, t)
-        try:
-            check_resources(gpu_matmul_resources(tiles, element), hardware, "matmul")
-        except LoweringError:
-            continue
-        fitting.append(tiles)
-    if not fitting:
-        last = GPU_MATMUL_TILES[-1]
-        return GpuMatmulTiles(last[0], last[1], 32, last[2])
-    return min(fitting, key=lambda tiles: busiest_sm_work(batch, m, n, tiles, hardware))
-
-
-def choose_gpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles:
-    """The block tile for `problem`: of the tiles in `GPU_MATMUL_TILES` whose
-    registers and shared memory fit (`gpu_matmul_resources`) and that the
-    matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), the one
-    that keeps the busiest SM busy for the least time (`busiest_sm_work`),
-    the fuller on a tie.
-
-    So fuller tiles (more reuse of each staged element, more accumulators per
-    thread) win until their grid leaves so many SMs idle that smaller tiles
-    finish sooner despite running below the FMA rate: 4096×4096 takes
-    128×128 tiles, the MLP's 128×768 output 32×32 tiles (96 blocks on 132
-    SMs), a matrix too small to fill the machine the smallest tile. Blocks
-    stay at four warps or more rather than shrink to one: a one-warp block
-    leaves three of an SM's four schedulers without a warp from it and caps
-    the SM at 32 resident warps. BK = 32 (fewer barriers per K), less for a
-    shorter K. `block`, `k`, `threads` force those choices."""
-    chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.result.type.element_type, hardware)
-    if block is None:
-        bm, bn, default_threads = chosen.block_m, chosen.block_n, chosen.threads
-    else:
-        bm, bn = block
-        default_threads = next((t for m, n, t in GPU_MATMUL_TILES if (m, n) == (bm, bn)), max(hardware.warp_size, min(256, bm * bn // 16)))
-    return GpuMatmulTiles(bm, bn, k or min(32, max(8, next_pow2(problem.k))), threads or default_threads)
-
-
-def choose_cpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None) -> CpuMatmulTiles:
-    """MC×NC = 64×256 (an A block that stays in L2 while B streams through in
-    K×NR panels) unless `block` says otherwise, cut to the problem in whole
-    register tiles; the register tile is 16 rows × 1 vector: 16 of the 32
-    vector registers accumulate, each B vector serves 16 rows. Long rows
-    (PACK_ROW_BYTES) are packed first, A into K×MR and B into K×NR panels
-    (`pack_operand_cpu`): unpacked, the 16 rows of A a register tile reads
-    are a page or more apart and fall into one L1 set, and each k of a B
-    panel is on another page (docs/cpu-target.md has the measurements)."""
-    mr, nr = min(16, problem.m), hardware.warp_size
-    mc, nc = block if block is not None else (64, 256)
-    mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
-    nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
+def with_packing(problem: MatmulProblem, tiles: CpuMatmulTiles) -> CpuMatmulTiles:
+    """`tiles` (`contractions.choose_cpu_matmul_tiles`) with the packing
+    choice. Long rows (PACK_ROW_BYTES) are packed first, A into K×MR and B
+    into K×NR panels (`pack_operand_cpu`): unpacked, the 16 rows of A a
+    register tile reads are a page or more apart and fall into one L1 set,
+    and each k of a B panel is on another page (docs/cpu-target.md has the
+    measurements)."""
+    mr, nr = tiles.micro_m, tiles.micro_n
     size = problem.accumulator.byte_size
     long_a_rows = problem.k * size >= PACK_ROW_BYTES  # the MR rows of a tile: MR pages, one L1 set
     # each k of a B panel on another page: half speed unless B sits on huge
@@ -390,14 +234,7 @@ def choose_cpu_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=No
     aligned_n = all(cut % nr == 0 for cut in bounds["n"][1:-1])
     pack_a = problem.lhs.type.rank >= 2 and problem.n > nr and aligned_m and (long_a_rows or has_prologue(problem.lhs))
     pack_b = problem.rhs.type.rank >= 2 and problem.m > mr and aligned_n and (long_b_rows or has_prologue(problem.rhs))
-    return CpuMatmulTiles(mc, nc, mr, nr, pack_b, pack_a)
-
-
-def choose_matmul_tiles(problem: MatmulProblem, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles | CpuMatmulTiles:
-    """The tiles for `hardware`'s kind (a CPU takes only `block`)."""
-    if hardware.is_gpu:
-        return choose_gpu_matmul_tiles(problem, hardware, block, k, threads)
-    return choose_cpu_matmul_tiles(problem, hardware, block)
+    return replace(tiles, pack_a=pack_a, pack_b=pack_b)
 
 
 def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> GpuMatmulTiles:
@@ -409,33 +246,7 @@ def gpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware)
 
 def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware) -> CpuMatmulTiles:
     """`tile.block = [MC, NC]` as the tiler set it, else `choose_cpu_matmul_tiles`'s."""
-    return choose_cpu_matmul_tiles(problem, hardware, tile_attribute(group, "tile.block", None))
-
-
-def reload_factors(problem: MatmulProblem, tiles: GpuMatmulTiles | CpuMatmulTiles) -> tuple[int, int]:
-    """How many times the kernel reads each element of A and of B: A once
-    per column tile (a block's BN, or a CPU register tile's NR columns), B
-    once per row tile (BM, or MR rows). A prologue on an operand runs that
-    often."""
-    if isinstance(tiles, GpuMatmulTiles):
-        return ceil_div(problem.n, tiles.block_n), ceil_div(problem.m, tiles.block_m)
-    return ceil_div(problem.n, tiles.micro_n), ceil_div(problem.m, tiles.micro_m)
-
-
-def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelResources:
-    """Registers: the TM×TN accumulators, a TM and a TN fragment, the base.
-    Shared memory: one BK×BM and one BK×BN tile of the accumulator type."""
-    words = max(1, compute_type(element).byte_size // 4)
-    tm, tn = tiles.micro_tile
-    registers = (tm * tn + tm + tn) * words + BASE_REGISTERS
-    shared = (tiles.block_m + tiles.block_n) * tiles.block_k * compute_type(element).byte_size
-    return KernelResources(tiles.threads, registers, shared)
-
-
-def cpu_matmul_resources(tiles: CpuMatmulTiles) -> KernelResources:
-    """On the CPU, registers are vector lanes: the MR×NR accumulators and a
-    vector of B's row; the tiles only stream through the caches."""
-    return KernelResources(1, tiles.micro_m * tiles.micro_n + tiles.micro_n, 0)
+    return with_packing(problem, choose_cpu_matmul_tiles(problem, hardware, tile_attribute(group, "tile.block", None)))
 
 
 def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware) -> KernelResources:
@@ -450,14 +261,9 @@ def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardwa
 
 
 def check_resources(resources: KernelResources, hardware: Hardware, what: str) -> None:
-    if not 0 < resources.threads <= hardware.max_threads_per_block:
-        raise LoweringError(f"{what} tiles need {resources.threads} threads per block; {hardware.name} allows 1..{hardware.max_threads_per_block}")
-    if resources.registers_per_thread > hardware.registers_per_thread:
-        raise LoweringError(f"{what} tiles need ~{resources.registers_per_thread} registers per thread; {hardware.name} has {hardware.registers_per_thread}")
-    if resources.registers_per_thread * resources.threads > hardware.registers_per_sm:
-        raise LoweringError(f"{what} tiles need ~{resources.registers_per_thread * resources.threads} registers per block; {hardware.name} has {hardware.registers_per_sm} per SM")
-    if resources.shared_bytes > hardware.shared_memory_per_block:
-        raise LoweringError(f"{what} tiles need {resources.shared_bytes} bytes of shared memory; {hardware.name} allows {hardware.shared_memory_per_block} per block")
+    problem = resource_problem(resources, hardware, what)
+    if problem is not None:
+        raise LoweringError(problem)
 
 
 # CPU matmuls pack A when its rows are this long (bytes) or longer, and B

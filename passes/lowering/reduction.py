@@ -70,7 +70,8 @@ from fusecc.passes.lowering.interface import ArgRef, Launch, LoweredGroup, group
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, build_kernel, ceil_div, product, threads
 from fusecc.passes.lowering.reduction_analysis import Analysis, Stat, analyse, bind_nodes
 from fusecc.passes.lowering.scalar_emitter import LoweringError, ScalarEmitter
-from fusecc.passes.tiling.tile import TileConfig, tile_config
+from fusecc.passes.tiling.geometry import TileConfig
+from fusecc.passes.tiling.tile import tile_config
 
 VECTOR = 16  # CPU lanes of one register of f32 (a zmm register)
 PARTIALS = 64  # CPU lanes of partial results at most: four registers, four independent chains

@@ -11,8 +11,15 @@ from fusecc.compiler.parser import parse_module
 from fusecc.compiler.types import f32
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import fuse_module
-from fusecc.passes.lowering.attention import AttentionProblem, choose_cpu_attention_tiles, choose_gpu_attention_tiles, cpu_attention_resources
-from fusecc.passes.lowering.matmul import MatmulProblem, choose_gpu_matmul_tiles, gpu_matmul_resources
+from fusecc.passes.tiling.contractions import (
+    AttentionShape,
+    MatmulShape,
+    choose_cpu_attention_tiles,
+    choose_gpu_attention_tiles,
+    cpu_attention_resources,
+    choose_gpu_matmul_tiles,
+    gpu_matmul_resources,
+)
 from fusecc.passes.tiling.tile import choose_tiles
 
 LINEAR_RELU = """
@@ -54,7 +61,7 @@ def test_matmul_epilogue_group_reads_inputs_once_and_writes_once():
 
 def test_matmul_registers_and_shared_memory_are_the_templates():
     _, ops = ops_of(LINEAR_RELU)
-    tiles = choose_gpu_matmul_tiles(MatmulProblem.of_op(ops[0]), H200)
+    tiles = choose_gpu_matmul_tiles(MatmulShape.of_op(ops[0]), H200)
     assert (tiles.block_m, tiles.block_n, tiles.threads) == (32, 16, 128)  # 128 blocks for 132 SMs
     used = gpu_matmul_resources(tiles, f32)
     fused = cm.estimate_ops(ops, H200)
@@ -113,7 +120,7 @@ func.func @f(%q: tensor<256x256xf32>, %k: tensor<256x256xf32>, %v: tensor<256x25
 }
 """)
     attention = module.functions()[0].body.first_op
-    problem = AttentionProblem.of_op(attention)
+    problem = AttentionShape.of_op(attention)
     on_h200, on_a100 = choose_gpu_attention_tiles(problem, H200), choose_gpu_attention_tiles(problem, A100)
     assert on_a100.block_q < on_h200.block_q  # A100 has 163 KiB per block, H200 227 KiB
     for hw, tiles in ((H200, on_h200), (A100, on_a100)):
@@ -121,7 +128,7 @@ func.func @f(%q: tensor<256x256xf32>, %k: tensor<256x256xf32>, %v: tensor<256x25
         assert cm.check_limits(cost, hw) is None
         assert cost.shared_memory_bytes == (2 * tiles.block_q * 257 + tiles.block_t * 256 + tiles.block_q * (tiles.block_t + 1)) * 4
     # On the CPU a worker's q, k, v and output tiles shrink to fit its cache.
-    wide = AttentionProblem(problem.op, (), 256, 256, 4096, 4096)
+    wide = AttentionShape(problem.op, (), 256, 256, 4096, 4096)
     on_cpu = choose_cpu_attention_tiles(wide, CPU)
     assert (on_cpu.block_q, on_cpu.block_t) == (4, 16)  # one vector of keys
     assert cpu_attention_resources(on_cpu, wide).shared_bytes <= CPU.shared_memory_per_block

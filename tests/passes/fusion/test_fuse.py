@@ -145,7 +145,7 @@ def test_every_example_computes_the_same_after_fuse(name):
 def test_single_phase_passes_compose_and_keep_the_numbers():
     module = load("encoder_block_ops.ir")
     before = run_all(module)
-    fused(module, pipeline="fuse-attention,fuse-matmul,fuse-reductions,fuse-elementwise,fuse-horizontal")
+    fused(module, pipeline="fuse{only=attention},fuse{only=matmul},fuse{only=reduction},fuse{only=elementwise},fuse{only=horizontal}")
     assert_same_numbers(before["encoder_block"], run_all(module)["encoder_block"])
     assert all(g.attr("kind") != "opaque" for g in groups_of(module))
     # `fuse` on the result keeps those groups and wraps nothing more.

@@ -1,0 +1,361 @@
+"""Matmul and attention geometry: problem shapes, tile choices, resources.
+
+The tiler (`tile.py`), the fusion cost model and the lowering templates
+(`lowering/matmul.py`, `lowering/attention.py`) all ask here, so the tiles
+a template builds are the tiles the cost model judged and the tiler wrote:
+
+* `MatmulShape`, `AttentionShape`: a contraction in canonical form (the
+  templates' `MatmulProblem` and `AttentionProblem` add the indexing);
+* `choose_matmul_tiles`, `choose_attention_tiles` (GPU and CPU twins):
+  the templates' tile sizes, which `block`/`k`/`threads` may force;
+* `gpu_matmul_resources`, `gpu_attention_resources` and the CPU twins: the
+  registers and shared memory those tiles need (`resource_problem` says
+  which hardware limit they break).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.types import ScalarType, broadcast_shapes, f32
+from fusecc.passes.backends.hardware import Hardware
+from fusecc.passes.tiling.shapes import ceil_div, compute_type, next_pow2
+
+# The most specialised copies of the inner loops one kernel gets for the
+# pieces of its concatenated operands (ranges along M x N x K); the cost model
+# merges at most this many sibling matmuls (cost_model.sibling_merge_refusal).
+MAX_SPECIALISED_COPIES = 16
+
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """One matmul in canonical form: [batch] × (M×K) · (K×N): what its tiles
+    and costs depend on (the lowering's `MatmulProblem` adds the indexing)."""
+
+    op: Operation  # the tensor.matmul
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+
+    @classmethod
+    def of_op(cls, op: Operation) -> "MatmulShape":
+        a, b = cls._logical(op.lhs.type.shape, op.attr("transpose_a")), cls._logical(op.rhs.type.shape, op.attr("transpose_b"))
+        m = a[-2] if len(a) >= 2 else 1
+        n = b[-1] if len(b) >= 2 else 1
+        batch = broadcast_shapes(a[:-2], b[:-2])
+        return cls(op, tuple(batch), m, n, a[-1])
+
+    @staticmethod
+    def _logical(shape, transposed: bool) -> tuple[int, ...]:
+        return (*shape[:-2], shape[-1], shape[-2]) if transposed else tuple(shape)
+
+    @property
+    def lhs(self) -> Value:
+        return self.op.lhs
+
+    @property
+    def rhs(self) -> Value:
+        return self.op.rhs
+
+    @property
+    def result(self) -> Value:
+        return self.op.result
+
+    @property
+    def batch_size(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def accumulator(self) -> ScalarType:
+        return compute_type(self.result.type.element_type)
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention in canonical form: [batch] × S queries, T keys, depth D,
+    value depth Dv (the lowering's `AttentionProblem` adds the indexing)."""
+
+    op: Operation  # the tensor.attention
+    batch: tuple[int, ...]
+    s: int
+    t: int
+    d: int
+    dv: int
+
+    @classmethod
+    def of_op(cls, op: Operation) -> "AttentionShape":
+        q, k, v = (x.type.shape for x in (op.query, op.key, op.value))
+        batch = broadcast_shapes(q[:-2], k[:-2], v[:-2])
+        return cls(op, tuple(batch), q[-2], k[-2], q[-1], v[-1])
+
+    @property
+    def batch_size(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def mask(self) -> Value | None:
+        return self.op.mask
+
+    @property
+    def scale(self) -> float:
+        return self.op.effective_scale()
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.op.attr("causal"))
+
+
+# --------------------------------------------------------------------------- matmul tiles
+
+
+@dataclass(frozen=True)
+class GpuMatmulTiles:
+    block_m: int  # BM×BN: the output tile of one block
+    block_n: int
+    block_k: int  # BK: the contraction step staged in shared memory
+    threads: int
+
+    @property
+    def micro_tile(self) -> tuple[int, int]:
+        """TM×TN outputs per thread: as square as divides the block tile
+        (64×64 over 256 threads: 4×4; 128×128 over 256: 8×8)."""
+        per_thread = self.block_m * self.block_n // self.threads
+        tm = 1
+        while (2 * tm) ** 2 <= per_thread and self.block_m % (2 * tm) == 0 and per_thread % (2 * tm) == 0:
+            tm *= 2
+        return tm, per_thread // tm
+
+
+@dataclass(frozen=True)
+class CpuMatmulTiles:
+    block_m: int  # MC×NC: the output tile of one worker iteration (cache blocking)
+    block_n: int
+    micro_m: int  # MR×NR: the register block; NR is a vector loop
+    micro_n: int
+    pack_b: bool = False  # a first kernel copies B into contiguous K×NR panels
+    pack_a: bool = False  # and A into K×MR panels (the MR values of one k in one cache line)
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """Estimated per-block needs of a kernel (the tiler, the cost model and the templates ask);
+    on the CPU, registers are vector lanes and shared memory the tiles a
+    worker keeps in cache."""
+
+    threads: int
+    registers_per_thread: int
+    shared_bytes: int
+
+
+# Registers a thread needs besides its tile values: indices, addresses, loop
+# counters, the guard and staging temporaries (ptxas reports ~20-30 for such kernels).
+BASE_REGISTERS = 32
+
+
+def resource_problem(resources: KernelResources, hardware: Hardware, what: str) -> str | None:
+    """The first limit of `hardware` that `resources` break, as a sentence, or None."""
+    if not 0 < resources.threads <= hardware.max_threads_per_block:
+        return f"{what} tiles need {resources.threads} threads per block; {hardware.name} allows 1..{hardware.max_threads_per_block}"
+    if resources.registers_per_thread > hardware.registers_per_thread:
+        return f"{what} tiles need ~{resources.registers_per_thread} registers per thread; {hardware.name} has {hardware.registers_per_thread}"
+    if resources.registers_per_thread * resources.threads > hardware.registers_per_sm:
+        return f"{what} tiles need ~{resources.registers_per_thread * resources.threads} registers per block; {hardware.name} has {hardware.registers_per_sm} per SM"
+    if resources.shared_bytes > hardware.shared_memory_per_block:
+        return f"{what} tiles need {resources.shared_bytes} bytes of shared memory; {hardware.name} allows {hardware.shared_memory_per_block} per block"
+    return None
+
+
+# The GPU block tiles, fullest first: (BM, BN, threads). Every block has at
+# least four warps, one for each scheduler of an SM; the TM×TN outputs per
+# thread (`GpuMatmulTiles.micro_tile`) shrink with the tile.
+GPU_MATMUL_TILES = (
+    (128, 128, 256),  # 8×8 per thread
+    (128, 64, 256),  # 4×8
+    (64, 64, 128),  # 4×8
+    (64, 32, 128),  # 4×4
+    (32, 32, 128),  # 2×4
+    (32, 16, 128),  # 2×2
+    (16, 16, 128),  # 1×2
+)
+
+
+def busiest_sm_work(batch: int, m: int, n: int, tiles: GpuMatmulTiles, hardware: Hardware) -> float:
+    """The modelled issue time of the busiest SM, in FMA-issue units per k:
+    its share of the blocks (⌈blocks / SMs⌉, blocks spread evenly) times the
+    outputs of a block times what an output costs. A TM×TN micro-tile does
+    TM·TN FMAs per TM + TN shared-memory loads, and an SM issues
+    `fma_per_shared_word` FMAs in the time its shared memory serves one
+    word per lane, so an output costs max(1, F·(TM+TN)/(TM·TN)): on an H200
+    8×8 runs at the FMA rate, 4×4 at half of it, 1×2 at a sixth."""
+    tm, tn = tiles.micro_tile
+    blocks = batch * ceil_div(m, tiles.block_m) * ceil_div(n, tiles.block_n)
+    per_output = max(1.0, hardware.fma_per_shared_word * (tm + tn) / (tm * tn))
+    return ceil_div(blocks, hardware.sm_count) * tiles.block_m * tiles.block_n * per_output
+
+
+@functools.lru_cache(maxsize=1024)
+def _best_gpu_tiles(batch: int, m: int, n: int, element: ScalarType, hardware: Hardware) -> GpuMatmulTiles:
+    """`choose_gpu_matmul_tiles`'s own choice (memoised: the fusion planner
+    asks about the same shapes many times)."""
+    fitting = []
+    for bm, bn, t in GPU_MATMUL_TILES:
+        if bm > max(16, next_pow2(m)) or bn > max(16, next_pow2(n)):
+            continue
+        tiles = GpuMatmulTiles(bm, bn, 32, t)
+        if resource_problem(gpu_matmul_resources(tiles, element), hardware, "matmul") is not None:
+            continue
+        fitting.append(tiles)
+    if not fitting:
+        last = GPU_MATMUL_TILES[-1]
+        return GpuMatmulTiles(last[0], last[1], 32, last[2])
+    return min(fitting, key=lambda tiles: busiest_sm_work(batch, m, n, tiles, hardware))
+
+
+def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles:
+    """The block tile for `problem`: of the tiles in `GPU_MATMUL_TILES` whose
+    registers and shared memory fit (`gpu_matmul_resources`) and that the
+    matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), the one
+    that keeps the busiest SM busy for the least time (`busiest_sm_work`),
+    the fuller on a tie.
+
+    So fuller tiles (more reuse of each staged element, more accumulators per
+    thread) win until their grid leaves so many SMs idle that smaller tiles
+    finish sooner despite running below the FMA rate: 4096×4096 takes
+    128×128 tiles, the MLP's 128×768 output 32×32 tiles (96 blocks on 132
+    SMs), a matrix too small to fill the machine the smallest tile. Blocks
+    stay at four warps or more rather than shrink to one: a one-warp block
+    leaves three of an SM's four schedulers without a warp from it and caps
+    the SM at 32 resident warps. BK = 32 (fewer barriers per K), less for a
+    shorter K. `block`, `k`, `threads` force those choices."""
+    chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.result.type.element_type, hardware)
+    if block is None:
+        bm, bn, default_threads = chosen.block_m, chosen.block_n, chosen.threads
+    else:
+        bm, bn = block
+        default_threads = next((t for m, n, t in GPU_MATMUL_TILES if (m, n) == (bm, bn)), max(hardware.warp_size, min(256, bm * bn // 16)))
+    return GpuMatmulTiles(bm, bn, k or min(32, max(8, next_pow2(problem.k))), threads or default_threads)
+
+
+def choose_cpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None) -> CpuMatmulTiles:
+    """MC×NC = 64×256 (an A block that stays in L2 while B streams through in
+    K×NR panels) unless `block` says otherwise, cut to the problem in whole
+    register tiles; the register tile is 16 rows × 1 vector: 16 of the 32
+    vector registers accumulate, each B vector serves 16 rows. Whether
+    A and B are packed into panels first is the lowering's choice
+    (`matmul.with_packing`): it changes neither the tiles nor their cost here."""
+    mr, nr = min(16, problem.m), hardware.warp_size
+    mc, nc = block if block is not None else (64, 256)
+    mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
+    nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
+    return CpuMatmulTiles(mc, nc, mr, nr)
+
+
+def choose_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles | CpuMatmulTiles:
+    """The tiles for `hardware`'s kind (a CPU takes only `block`)."""
+    if hardware.is_gpu:
+        return choose_gpu_matmul_tiles(problem, hardware, block, k, threads)
+    return choose_cpu_matmul_tiles(problem, hardware, block)
+
+
+def reload_factors(problem: MatmulShape, tiles: GpuMatmulTiles | CpuMatmulTiles) -> tuple[int, int]:
+    """How many times the kernel reads each element of A and of B: A once
+    per column tile (a block's BN, or a CPU register tile's NR columns), B
+    once per row tile (BM, or MR rows). A prologue on an operand runs that
+    often."""
+    if isinstance(tiles, GpuMatmulTiles):
+        return ceil_div(problem.n, tiles.block_n), ceil_div(problem.m, tiles.block_m)
+    return ceil_div(problem.n, tiles.micro_n), ceil_div(problem.m, tiles.micro_m)
+
+
+def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelResources:
+    """Registers: the TM×TN accumulators, a TM and a TN fragment, the base.
+    Shared memory: one BK×BM and one BK×BN tile of the accumulator type."""
+    words = max(1, compute_type(element).byte_size // 4)
+    tm, tn = tiles.micro_tile
+    registers = (tm * tn + tm + tn) * words + BASE_REGISTERS
+    shared = (tiles.block_m + tiles.block_n) * tiles.block_k * compute_type(element).byte_size
+    return KernelResources(tiles.threads, registers, shared)
+
+
+def cpu_matmul_resources(tiles: CpuMatmulTiles) -> KernelResources:
+    """On the CPU, registers are vector lanes: the MR×NR accumulators and a
+    vector of B's row; the tiles only stream through the caches."""
+    return KernelResources(1, tiles.micro_m * tiles.micro_n + tiles.micro_n, 0)
+
+
+
+# --------------------------------------------------------------------------- attention tiles
+
+
+@dataclass(frozen=True)
+class AttentionTiles:
+    block_q: int  # BQ: query rows per block (GPU) or per worker iteration (CPU)
+    block_t: int  # BT: keys per tile
+    threads: int = 1  # GPU threads per block: BQ rows × TPR threads per row
+
+    @property
+    def threads_per_row(self) -> int:
+        return self.threads // self.block_q
+
+
+def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
+    """BQ query rows × BT keys, 64 × 64 or the problem's size rounded up to a
+    power of two (at least 8), halved together until the registers and
+    shared memory fit (`gpu_attention_resources`); two threads per query row
+    (one warp at least: the row sums are warp shuffles). `block` and
+    `threads` force those choices. When nothing fits, the smallest tile is
+    returned: the cost model refuses the fusion and the template the tile."""
+    bq, bt = min(64, max(8, next_pow2(problem.s))), min(64, max(8, next_pow2(problem.t)))
+    while True:
+        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
+        if resource_problem(gpu_attention_resources(tiles, problem), hardware, "attention") is None or min(bq, bt) <= 8:
+            break
+        bq, bt = max(8, bq // 2), max(8, bt // 2)
+    if block is not None:
+        bq, bt = block
+        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
+    return AttentionTiles(tiles.block_q, tiles.block_t, threads or tiles.threads)
+
+
+def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None) -> AttentionTiles:
+    """32 query rows per worker iteration × 64 keys (4 vectors), fewer keys
+    for a short sequence; rows, then keys, halved while the worker's tiles
+    outgrow its cache (`cpu_attention_resources`). `block` forces both."""
+    if block is not None:
+        return AttentionTiles(*block)
+    bq, bt = 32, min(4 * hardware.warp_size, next_pow2(problem.t))
+    while cpu_attention_resources(AttentionTiles(bq, bt), problem).shared_bytes > hardware.shared_memory_per_block and bt > hardware.warp_size:
+        if bq > 4:
+            bq //= 2
+        else:
+            bt //= 2
+    return AttentionTiles(bq, bt)
+
+
+def choose_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
+    """The tiles for `hardware`'s kind (a CPU takes only `block`)."""
+    if hardware.is_gpu:
+        return choose_gpu_attention_tiles(problem, hardware, block, threads)
+    return choose_cpu_attention_tiles(problem, hardware, block)
+
+
+def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionShape) -> KernelResources:
+    """Registers: BT/TPR scores, Dv/TPR output accumulators, m and l, the base.
+    Shared memory: the q, k, v and probability tiles in f32 (q, k, p rows padded)."""
+    tpr = tiles.threads_per_row
+    registers = tiles.block_t // tpr + ceil_div(problem.dv, tpr) + 2 + BASE_REGISTERS
+    bq, bt = tiles.block_q, tiles.block_t
+    shared = (bq * (problem.d + 1) + bt * (problem.d + 1) + bt * problem.dv + bq * (bt + 1)) * f32.byte_size
+    return KernelResources(tiles.threads, registers, shared)
+
+
+def cpu_attention_resources(tiles: AttentionTiles, problem: AttentionShape) -> KernelResources:
+    """On the CPU: a row of BT scores in vector lanes, and the worker's
+    q [BQ, D], kᵀ [D, BT], v [BT, Dv] and output [BQ, Dv] tiles in f32."""
+    bq, bt = tiles.block_q, tiles.block_t
+    return KernelResources(1, bt, (bq * problem.d + problem.d * bt + bt * problem.dv + bq * problem.dv) * f32.byte_size)
