@@ -102,7 +102,9 @@ def _names(func: Operation, attr: str, count: int) -> list[str] | None:
     found = func.attributes.get(attr)
     if found is None or func.name != "func.func":
         return None
-    names = [a.value for a in found.value]
+    names = found.value if isinstance(found.value, list) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        return None
     return names if len(names) == count else None
 
 

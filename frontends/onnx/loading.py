@@ -166,20 +166,19 @@ def load_model(path: str, budget: int | None = None) -> LoadedModel:
     opset = check_opset(proto, path)
 
     folder = os.path.dirname(os.path.abspath(path))
-    external: dict[str, ExternalTensor] = {}
-    declared = 0
-    for tensor in all_tensors(proto.graph):
-        nbytes = declared_nbytes(onnx, tensor)
-        declared += nbytes
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            external[tensor.name] = check_external(onnx, tensor, folder, nbytes)
-        else:
-            check_inline(onnx, tensor, nbytes)
+    sizes = [(tensor, declared_nbytes(onnx, tensor)) for tensor in all_tensors(proto.graph)]
+    declared = sum(nbytes for _, nbytes in sizes)
     if declared > budget:
         raise ModelError(
             f"model '{path}' declares {declared} bytes of tensors, over the memory budget of {budget} "
             f"(set {BUDGET_VARIABLE} or --memory-budget to allow it)"
         )
+    external: dict[str, ExternalTensor] = {}
+    for tensor, nbytes in sizes:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            external[tensor.name] = check_external(onnx, tensor, folder, nbytes)
+        else:
+            check_inline(onnx, tensor, nbytes)
     loaded = LoadedModel(path, proto, opset, declared_bytes=declared)
     tensors = {t.name: t for t in all_tensors(proto.graph)}
     for name, where in external.items():

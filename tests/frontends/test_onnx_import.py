@@ -1,0 +1,184 @@
+"""The ONNX importer: folding, names, locations, shapes, refusals, and ONNX
+semantics checked against onnxruntime on the reference and CPU targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_models import BOOL, FLOAT, INT64, assert_matches_onnxruntime, initializer, node, save, value
+
+from fusecc.compiler.printer import print_op
+from fusecc.frontends.onnx import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, ModelError, UnsupportedNodes, import_onnx
+
+rng = np.random.default_rng(0)
+
+
+def tensor_ops(module) -> list[str]:
+    return [op.name for op in module.walk() if op.name.startswith("tensor.") and op.name != "tensor.constant"]
+
+
+def shape_arithmetic_model(tmp_path):
+    """What exporters emit for `x.view(B, S, 2, -1)`: Shape -> Gather ->
+    Unsqueeze -> Concat -> Reshape, plus ConstantOfShape/Equal/Where/Expand
+    and Range on shapes."""
+    nodes = [
+        node("Shape", ["x"], ["shape"]),
+        node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        node("Gather", ["shape", "one"], ["seq"], axis=0),
+        node("Unsqueeze", ["batch", "axis0"], ["b1"]),
+        node("Unsqueeze", ["seq", "axis0"], ["s1"]),
+        node("Concat", ["b1", "s1", "two", "minus_one"], ["target"], axis=0),
+        node("Reshape", ["x", "target"], ["heads"]),
+        node("ConstantOfShape", ["shape"], ["ones"], value=initializer("v", np.array([1], np.int64))),
+        node("Equal", ["shape", "minus_one_2"], ["is_neg"]),
+        node("Where", ["is_neg", "ones_2", "shape"], ["expand_to"]),
+        node("Range", ["zero_s", "seq", "one_s"], ["positions"]),
+        node("Unsqueeze", ["positions", "one_1d"], ["column"]),
+        node("Expand", ["column", "expand_to"], ["pos2d"]),
+        node("Cast", ["pos2d"], ["posf"], to=FLOAT),
+        node("Add", ["x", "posf"], ["y"]),
+    ]
+    inits = [
+        initializer("zero", np.array(0, np.int64)), initializer("one", np.array(1, np.int64)),
+        initializer("axis0", np.array([0], np.int64)), initializer("two", np.array([2], np.int64)),
+        initializer("minus_one", np.array([-1], np.int64)), initializer("minus_one_2", np.array([-1, -1, -1], np.int64)),
+        initializer("ones_2", np.array([1, 1, 1], np.int64)), initializer("zero_s", np.array(0, np.int64)),
+        initializer("one_s", np.array(1, np.int64)), initializer("one_1d", np.array([1], np.int64)),
+    ]
+    return save(tmp_path, nodes, [value("x", FLOAT, ["batch", "seq", 8])], [value("heads", FLOAT, None), value("y", FLOAT, None)], inits)
+
+
+def test_shape_arithmetic_folds_away_at_import(tmp_path):
+    path = shape_arithmetic_model(tmp_path)
+    module = import_onnx(str(path), {"x": (3, 5, 8)}).module
+    # Everything but the data path is folded: the positions are a constant.
+    assert tensor_ops(module) == ["tensor.reshape", "tensor.add"]
+    assert "-> tensor<3x5x2x4xf32>" in print_op(module)
+    feeds = {"x": rng.standard_normal((3, 5, 8)).astype(np.float32)}
+    for target in ("reference", "cpu"):
+        assert_matches_onnxruntime(path, feeds, target)
+
+
+def test_nodes_become_locations_and_graph_names_stay(tmp_path):
+    nodes = [node("Add", ["input.1", "b"], ["sum"], name="/layer/Add"), node("Relu", ["sum"], ["463"], name="/layer/Relu")]
+    path = save(tmp_path, nodes, [value("input.1", FLOAT, [2, 3]), value("b", FLOAT, [3])], [value("463", FLOAT, [2, 3])])
+    imported = import_onnx(str(path))
+    text = print_op(imported.module, debuginfo=True)
+    assert 'tensor.add %input.1, %b' in text and 'loc("/layer/Add")' in text and 'loc("/layer/Relu")' in text
+    func = imported.module.lookup("main")
+    assert func.attributes[INPUT_NAMES_ATTR].value == ["input.1", "b"]
+    assert func.attributes[OUTPUT_NAMES_ATTR].value == ["463"]
+    assert imported.output_names == ["463"]
+
+
+def test_argument_names_are_sanitised_and_unique(tmp_path):
+    nodes = [node("Add", ["onnx::x/0", "onnx::x?0"], ["out"]), node("Add", ["out", "7"], ["y"])]
+    inputs = [value(n, FLOAT, [2]) for n in ("onnx::x/0", "onnx::x?0", "7")]
+    imported = import_onnx(str(save(tmp_path, nodes, inputs, [value("y", FLOAT, [2])])))
+    text = print_op(imported.module)
+    assert "func.func @main(%onnx__x_0: tensor<2xf32>, %onnx__x_0_1: tensor<2xf32>, %_7: tensor<2xf32>)" in text
+    assert imported.input_names == ["onnx::x/0", "onnx::x?0", "7"]
+
+
+def test_symbolic_dims_without_shapes_are_one_error_listing_them(tmp_path):
+    path = save(tmp_path, [node("Add", ["a", "m"], ["y"])], [value("a", FLOAT, ["batch", "seq"]), value("m", FLOAT, ["batch", 4])], [value("y", FLOAT, None)])
+    with pytest.raises(ModelError) as info:
+        import_onnx(str(path))
+    assert "'a' (batch, seq)" in str(info.value) and "'m' (batch)" in str(info.value) and "--shape" in str(info.value)
+
+
+def test_a_shape_binds_symbolic_dims_by_name_for_every_input(tmp_path):
+    path = save(tmp_path, [node("Add", ["a", "m"], ["y"])], [value("a", FLOAT, ["batch", "seq"]), value("m", FLOAT, ["batch", "seq"])], [value("y", FLOAT, None)])
+    by_input = import_onnx(str(path), {"a": (2, 5)}).module.lookup("main")
+    by_dims = import_onnx(str(path), {"batch": (2,), "seq": (5,)}).module.lookup("main")
+    assert [str(t) for t in by_input.function_type.inputs] == ["tensor<2x5xf32>"] * 2
+    assert by_dims.function_type.inputs == by_input.function_type.inputs
+    with pytest.raises(ModelError, match="neither an input"):
+        import_onnx(str(path), {"nothing": (2,)})
+
+
+def test_unsupported_ops_and_attributes_are_listed_together(tmp_path):
+    nodes = [
+        node("Conv", ["x", "w"], ["c"], name="conv1"),
+        node("Softmax", ["c"], ["s"], name="soft", axis=1),
+        node("LSTM", ["s"], ["l"], name="lstm"),
+        node("Gelu", ["l"], ["g"], name="gelu", approximate="tanh"),
+        node("Cast", ["g"], ["y"], name="to_double", to=11),
+        node("Transpose", ["y"], ["z"], name="t", perm=[1, 0], fancy=1),
+    ]
+    path = save(tmp_path, nodes, [value("x", FLOAT, [2, 2]), value("w", FLOAT, [2, 2])], [value("z", FLOAT, None)], opset=20)
+    with pytest.raises(UnsupportedNodes) as info:
+        import_onnx(str(path))
+    message = str(info.value)
+    assert "4 nodes" in message
+    assert "node 'conv1' (Conv): operator not supported" in message
+    assert "node 'lstm' (LSTM): operator not supported" in message
+    assert "node 'to_double' (Cast): casts to double" in message
+    assert "node 't' (Transpose): attribute fancy not supported" in message and "soft" not in message and "gelu" not in message
+
+
+@pytest.mark.parametrize("opset", [12, 22])
+def test_opsets_outside_13_to_21_are_refused(tmp_path, opset):
+    path = save(tmp_path, [node("Relu", ["x"], ["y"])], [value("x", FLOAT, [2])], [value("y", FLOAT, [2])], opset=opset)
+    with pytest.raises(ModelError, match=f"opset {opset}; fusecc imports opsets 13 to 21"):
+        import_onnx(str(path))
+
+
+def test_a_runtime_shape_operand_is_a_located_error(tmp_path):
+    path = save(tmp_path, [node("Reshape", ["x", "s"], ["y"], name="/view")], [value("x", FLOAT, [6]), value("s", INT64, [2])], [value("y", FLOAT, None)])
+    with pytest.raises(ModelError, match=r"node '/view' \(Reshape\): the target shape must be a constant"):
+        import_onnx(str(path))
+
+
+def encoder_bits(tmp_path):
+    """One model exercising ONNX semantics the tensor dialect spells otherwise."""
+    w = rng.standard_normal((6, 4)).astype(np.float32)  # Gemm with transB: B is [N, K]
+    c = rng.standard_normal(6).astype(np.float32)
+    table = rng.standard_normal((3, 10, 4)).astype(np.float32)
+    nodes = [
+        node("Gemm", ["x", "w", "c"], ["gemm"], alpha=0.5, beta=2.0, transB=1),
+        node("LogSoftmax", ["gemm"], ["lsm"], axis=0),
+        node("Split", ["lsm", "split"], ["left", "right"], axis=1),
+        node("Slice", ["right", "starts", "ends", "axes", "steps"], ["rev"]),
+        node("Concat", ["left", "rev"], ["cat"], axis=1),
+        node("Unsqueeze", ["cat", "axis0"], ["cat3"]),
+        node("LayerNormalization", ["cat3", "gamma"], ["ln"], axis=1, epsilon=1e-3),
+        node("ReduceMean", ["ln", "axes2"], ["mean"], keepdims=0),
+        node("Gather", ["table", "ids"], ["rows"], axis=1),
+        node("ReduceMax", ["rows", "axes02"], ["rmax"], keepdims=1),
+        node("Clip", ["rmax", "lo", "hi"], ["clipped"]),
+        node("Greater", ["clipped", "zero_f"], ["pos"]),
+        node("Not", ["pos"], ["neg"]),
+        node("Or", ["neg", "flag"], ["either"]),
+        node("Where", ["either", "clipped", "pow"], ["picked"]),
+        node("Pow", ["clipped", "two_i"], ["pow"]),
+        node("Gelu", ["picked"], ["gelu"], approximate="tanh"),
+        node("Expand", ["mean", "shape3"], ["wide"]),
+        node("Flatten", ["wide"], ["flat"], axis=-1),
+    ]
+    nodes.insert(14, nodes.pop(15))  # Pow before Where (topological order)
+    inits = [
+        initializer("w", w), initializer("c", c), initializer("split", np.array([2, 4], np.int64)),
+        initializer("starts", np.array([-1], np.int64)), initializer("ends", np.array([-100], np.int64)),
+        initializer("axes", np.array([1], np.int64)), initializer("steps", np.array([-1], np.int64)),
+        initializer("axis0", np.array([0], np.int64)), initializer("gamma", rng.standard_normal((5, 6)).astype(np.float32)),
+        initializer("axes2", np.array([-1], np.int64)), initializer("table", table),
+        initializer("axes02", np.array([0, 2], np.int64)),
+        initializer("lo", np.array(-0.5, np.float32)), initializer("hi", np.array(1.5, np.float32)),
+        initializer("zero_f", np.array(0.0, np.float32)), initializer("two_i", np.array(2, np.int64)),
+        initializer("shape3", np.array([2, 1, 5], np.int64)),
+    ]
+    inputs = [value("x", FLOAT, [5, 4]), value("ids", INT64, [2, 3]), value("flag", BOOL, [1, 1, 1])]
+    outputs = [value("flat", FLOAT, None), value("gelu", FLOAT, None)]
+    return save(tmp_path, nodes, inputs, outputs, inits, opset=20)
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+def test_onnx_semantics_match_onnxruntime(tmp_path, target):
+    path = encoder_bits(tmp_path)
+    feeds = {
+        "x": rng.standard_normal((5, 4)).astype(np.float32),
+        "ids": np.array([[0, 9, -1], [-10, 4, 5]], np.int64),
+        "flag": np.array([[[True]]]),
+    }
+    assert_matches_onnxruntime(path, feeds, target, rtol=1e-5, atol=1e-5)
