@@ -13,7 +13,7 @@ import pytest
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCE_ROOTS = ("api", "compiler", "dialects", "passes", "runtime", "driver", "tools")
+SOURCE_ROOTS = ("api", "compiler", "dialects", "passes", "runtime", "driver", "frontends", "tools")
 
 
 def pyproject() -> dict:
