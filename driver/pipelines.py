@@ -65,18 +65,18 @@ EMIT_LEVELS: dict[str, Level] = {
     "fused": Level("inline,canonicalize,cse,fuse{{target={target}}}", summary="fusion groups"),
     "tiled": Level("inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}}", summary="tiled fusion groups"),
     "loop": Level(
-        "inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory,share-kernels",
+        "inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory,legalize{{target={target}}},share-kernels",
         summary="the loop dialect: kernels and a host schedule over one planned arena",
         from_loops=True,
     ),
     "llvm": Level(
-        "inline,canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory,share-kernels",
+        "inline,canonicalize,cse,fuse{{target=cpu}},tile{{target=cpu}},lower-to-loops{{target=cpu}},plan-memory,legalize{{target=cpu}},share-kernels",
         emitter=_emit_llvm,
         summary="LLVM IR for the CPU",
         from_loops=True,
     ),
     "cuda": Level(
-        "inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory,share-kernels",
+        "inline,canonicalize,cse,fuse{{target={target}}},tile{{target={target}}},lower-to-loops{{target={target}}},plan-memory,legalize{{target={target}}},share-kernels",
         emitter=_cuda_level,
         summary="CUDA C (and, with -o, its launch manifest)",
         from_loops=True,

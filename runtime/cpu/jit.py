@@ -3,7 +3,9 @@
 Modules are optimised with LLVM's new pass manager at O3 (loop and SLP
 vectorisers on) for the host CPU and its features (`-mcpu=native`), emitted
 as object files and loaded with MCJIT, one engine per module so that kernel
-names of different programs never clash.
+names of different programs never clash. LLVM runs in a forked child
+process: an LLVM assertion aborts that child, not the caller, and becomes an
+internal error (LLVMCrash) with LLVM's message.
 
 Two caches: in memory, per process, by the hash of the IR text; on disk
 (runtime/cache.py, kind "cpu"), object files keyed by that hash plus the
@@ -14,6 +16,9 @@ never read half a file and compile each module once.
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import signal
 import threading
 from dataclasses import dataclass
 
@@ -82,12 +87,56 @@ def assembly(text: str) -> str:
     return host_target_machine().emit_assembly(optimise(text))
 
 
+class LLVMCrash(RuntimeError):
+    """LLVM died (an assertion, a signal) while compiling CPU kernels: a
+    compiler bug, which the driver reports as an internal error."""
+
+
+def object_code(text: str) -> bytes:
+    """Optimise `text` and emit its object file in a forked child process,
+    so that an LLVM assertion (which aborts) or crash cannot kill the
+    caller: it becomes an LLVMCrash with LLVM's message."""
+    machine = host_target_machine()  # initialised here, inherited by the child
+    if not hasattr(os, "fork"):
+        return machine.emit_object(optimise(text))
+    object_read, object_write = os.pipe()
+    error_read, error_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no Python cleanup, no exception escapes
+        status = 1
+        try:
+            os.close(object_read)
+            os.close(error_read)
+            os.dup2(error_write, 2)
+            faulthandler.disable()  # a crash is reported by the parent, with LLVM's message
+            data = machine.emit_object(optimise(text))
+            with os.fdopen(object_write, "wb") as out:
+                out.write(data)
+            status = 0
+        except BaseException as exc:  # noqa: BLE001 (reported to the parent through the error pipe)
+            os.write(error_write, f"{type(exc).__name__}: {exc}".encode(errors="replace"))
+        finally:
+            os._exit(status)
+    os.close(object_write)
+    os.close(error_write)
+    with os.fdopen(object_read, "rb") as objects, os.fdopen(error_read, "rb") as errors:
+        data = objects.read()
+        message = errors.read().decode(errors="replace").strip()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        raise LLVMCrash(f"LLVM crashed ({name}) while compiling the CPU kernels: {message or 'no message'}")
+    if os.WEXITSTATUS(status) != 0:
+        raise LLVMCrash(f"LLVM failed while compiling the CPU kernels: {message or 'no message'}")
+    return data
+
+
 def _cached_object(text: str) -> tuple[bytes, bool]:
     """The object file for `text`: from the disk cache (runtime/cache.py,
     kind "cpu"; checked against its digest), else compiled and stored there.
     Returns (bytes, from disk). A cache that cannot be written only costs
     the next process a compile."""
-    build = lambda: host_target_machine().emit_object(optimise(text))  # noqa: E731
+    build = lambda: object_code(text)  # noqa: E731
     try:
         return cache.fetch_bytes("cpu", cache.digest(text, host_description()), build)
     except OSError:
