@@ -19,6 +19,7 @@ shared memory and never write the scores.
 
 from __future__ import annotations
 
+from fusecc.compiler.diagnostics import fuse_locations
 from fusecc.compiler.ir import Block, Operation, Value, VerifyError
 from fusecc.compiler.traits import Contraction, Injective
 from fusecc.dialects import tensor as T
@@ -209,7 +210,10 @@ def _rewrite(out: Operation, chain: _Chain, log: FusionLog) -> Operation | None:
     v = _transposed(out.operands[1], out, created) if out.attr("transpose_b") else out.operands[1]
     operands = [q, k, v] + ([chain.mask] if chain.mask is not None else [])
     try:
-        attention = T.AttentionOp.create(operands, {"scale": float(chain.scale)}, location=out.location)
+        # The chain's nodes (scores, scale, mask, softmax, output matmul) all
+        # become this op: its location names each, for remarks and errors.
+        location = fuse_locations([op.location for op in (*reversed(chain.ops), out)])
+        attention = T.AttentionOp.create(operands, {"scale": float(chain.scale)}, location=location)
     except VerifyError as exc:
         attention = None
         why = str(exc)
