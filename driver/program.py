@@ -160,6 +160,7 @@ class Program:
             else:
                 self._compiled = CompiledProgram(module, pool=WorkerPool(self._threads))
             self._loop_module = self._compiled.module
+            self._compiled.prepare(self.entry)  # constants placed and weights packed now, not on the first call
             self.stats.functions = len(self._compiled.kernels)
         else:
             targets.get("cuda")  # says plainly when there is no GPU

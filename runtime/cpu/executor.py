@@ -29,6 +29,7 @@ from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffe
 from fusecc.runtime.reference import InterpreterError
 
 from fusecc.runtime.cpu import jit
+from fusecc.runtime.cpu.load_time import load_time_launches
 
 # Below this many scalar operations (the loop IR's, per element) a launch
 # runs on the calling thread: handing a piece to another thread costs 20-70
@@ -163,9 +164,9 @@ class CompiledProgram:
     def schedule_names(self) -> list[str]:
         return [op.sym_name for op in self.module.body if isinstance(op, loop.ScheduleOp)]
 
-    def run(self, inputs: Sequence[np.ndarray], entry: str | None = None, profile: list | None = None) -> list[np.ndarray]:
-        """Run a schedule (default @main, else the first); with `profile`, a
-        list that receives (kernel name or "copy", seconds) per step."""
+    def prepare(self, entry: str | None = None) -> "SchedulePlan":
+        """The resolved schedule (default @main, else the first), made on
+        first use: buffers placed, constants copied, constant launches run."""
         names = self.schedule_names()
         if entry is None:
             if not names:
@@ -177,7 +178,12 @@ class CompiledProgram:
             if schedule is None or not isinstance(schedule, loop.ScheduleOp):
                 raise InterpreterError(f"no loop.schedule @{entry} in the module")
             plan = self._plans[entry] = SchedulePlan(self, schedule)
-        return plan.run(inputs, profile)
+        return plan
+
+    def run(self, inputs: Sequence[np.ndarray], entry: str | None = None, profile: list | None = None) -> list[np.ndarray]:
+        """Run a schedule (default @main, else the first); with `profile`, a
+        list that receives (kernel name or "copy", seconds) per step."""
+        return self.prepare(entry).run(inputs, profile)
 
 
 class SchedulePlan:
@@ -195,6 +201,12 @@ class SchedulePlan:
             self.slots[arg] = (("input", i) if i < n_inputs else ("output", i - n_inputs), 0)
         self.steps: list[tuple] = []
         self.constants: list[np.ndarray] = []  # loop.constant buffers, 64-byte aligned, made once
+        # Launches that read only constants (packing a constant weight) run
+        # once, below, into buffers of their own (runtime/cpu/load_time.py).
+        at_load = load_time_launches(schedule)
+        filled_at_load = {v: i for i, v in enumerate(v for targets in at_load.values() for v in targets)}
+        self.packed: list[np.ndarray] = [aligned_empty(v.type.byte_size) for v in filled_at_load]
+        load_steps: list[tuple] = []
         written_roots = set()
         for op in schedule.body:
             if isinstance(op, loop.ConstantOp):
@@ -205,12 +217,15 @@ class SchedulePlan:
                 self.slots[op.result] = (("const", len(self.constants)), 0)
                 self.constants.append(buffer)
             elif isinstance(op, loop.ArenaViewOp):
-                self.slots[op.result] = (("arena",), op.offset)
+                self.slots[op.result] = (("packed", filled_at_load[op.result]), 0) if op.result in filled_at_load else (("arena",), op.offset)
             elif isinstance(op, loop.ViewOp):
                 root, offset = self.slots[op.source]
                 self.slots[op.result] = (root, offset + op.offset)
             elif isinstance(op, loop.LaunchOp):
                 kernel = program.kernels[op.kernel_name]
+                if op in at_load:
+                    load_steps.append((kernel, [self.slots[v] for v in op.operands], [v.type.byte_size for v in op.operands]))
+                    continue
                 for i in written_arguments(op.resolve()):
                     written_roots.add(self.slots[op.operands[i]][0])
                 self.steps.append(("launch", kernel, [self.slots[v] for v in op.operands]))
@@ -224,6 +239,19 @@ class SchedulePlan:
         self.inputs_written = {root[1] for root in written_roots if root[0] == "input"}
         self.constants_written = any(root[0] == "const" for root in written_roots)
         self._pristine = [c.copy() for c in self.constants] if self.constants_written else None
+        self.load_launches = len(load_steps)
+        self._run_at_load(load_steps)
+
+    def _run_at_load(self, steps: list[tuple]) -> None:
+        """Run the launches that read only constants, once. Arguments they
+        do not touch (the group's other operands) get placeholder buffers."""
+        bases = {("arena",): self.arena.ctypes.data}
+        bases.update({("const", i): c.ctypes.data for i, c in enumerate(self.constants)})
+        bases.update({("packed", i): p.ctypes.data for i, p in enumerate(self.packed)})
+        placeholder = aligned_zeros(max((n for _, slots, sizes in steps for (root, _), n in zip(slots, sizes) if root not in bases), default=0))
+        for kernel, slots, _ in steps:
+            args = [bases.get(root, placeholder.ctypes.data) + (offset if root in bases else 0) for root, offset in slots]
+            self.program.pool.run(kernel.function, args, kernel.abi.worker_extent, kernel.abi.work_per_iteration)
 
     def run(self, inputs: Sequence[np.ndarray], profile: list | None = None) -> list[np.ndarray]:
         schedule = self.schedule
@@ -248,6 +276,8 @@ class SchedulePlan:
                 buffer[:] = pristine
         for i, c in enumerate(self.constants):
             bases[("const", i)] = c.ctypes.data
+        for i, p in enumerate(self.packed):
+            bases[("packed", i)] = p.ctypes.data
         for i, b in enumerate(buffers):
             bases[("input", i)] = b.ctypes.data
         for i, b in enumerate(outputs):
