@@ -17,7 +17,7 @@ BLOCK_STRUCTURE = str(PROGRAMS / "block_structure.ir")
 
 
 def test_output_file_gets_a_manifest_beside_it(tmp_path, capsys):
-    manifest_module = pytest.importorskip("fusecc.passes.backends.cuda.manifest")
+    import fusecc.passes.backends.cuda.manifest as manifest_module
     out = tmp_path / "model.cu"
     assert main([BLOCK_STRUCTURE, "-o", str(out), "--arch", "sm_80"]) == 0
     assert capsys.readouterr().out == ""
@@ -47,14 +47,13 @@ def test_emit_loop_prints_loop_ir_of_a_loop_level_input(capsys):
 
 
 def test_dynamic_shared_memory_is_in_the_launch(tmp_path):
-    manifest_module = pytest.importorskip("fusecc.passes.backends.cuda.manifest")
+    import fusecc.passes.backends.cuda.manifest as manifest_module
     assert main([str(PROGRAMS / "dynamic_shared.ir"), "-o", str(tmp_path / "k.cu")]) == 0
     (launch,) = manifest_module.Manifest.from_json((tmp_path / "k.json").read_text()).launches
     assert launch.shared_bytes == 128 * 128 * 4 + 2049 * 4
 
 
 def test_resource_usage_is_printed_per_kernel(capsys):
-    pytest.importorskip("fusecc.runtime.cuda.resources")
     assert main([BLOCK_STRUCTURE, "--resource-usage", "--arch", "sm_80"]) == 0
     report = capsys.readouterr().err.splitlines()
     assert report[0].split()[:3] == ["kernel", "arch", "registers"]
@@ -64,7 +63,6 @@ def test_resource_usage_is_printed_per_kernel(capsys):
 
 
 def test_resource_usage_sets_the_estimate_beside_ptxas(capsys):
-    pytest.importorskip("fusecc.runtime.cuda.resources")
     example = pathlib.Path(__file__).parents[2] / "examples" / "matmul_bias_relu.ir"
     assert main([str(example), "--resource-usage", "--arch", "sm_80"]) == 0
     header, row = capsys.readouterr().err.splitlines()
@@ -75,7 +73,6 @@ def test_resource_usage_sets_the_estimate_beside_ptxas(capsys):
 
 
 def test_nvrtc_rejecting_generated_code_is_an_internal_error_naming_the_kernel(capsys, monkeypatch):
-    pytest.importorskip("fusecc.runtime.cuda.nvrtc")
     # A bug in the emitter: subtraction (used only by fused_4_reverse) loses its right operand.
     monkeypatch.setattr(emit_cuda.KernelEmitter, "emit_arith_sub", lambda self, op: self.define(op.result, f"{self.e(op.lhs)} -"))
     assert main([BLOCK_STRUCTURE]) == 2
@@ -94,7 +91,6 @@ def test_an_unwritable_output_names_the_source_file_first(tmp_path, capsys):
 
 
 def test_manifest_arguments_cover_arena_views_and_copies(tmp_path):
-    pytest.importorskip("fusecc.passes.backends.cuda.manifest")
     assert main([str(PROGRAMS / "arena_and_copy.ir"), "-o", str(tmp_path / "k.cu")]) == 0
     document = json.loads((tmp_path / "k.json").read_text())
     assert document["arena_bytes"] == 2048

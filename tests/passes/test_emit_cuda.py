@@ -53,8 +53,8 @@ def emitted():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_emitted_source_compiles_with_nvrtc(emitted, name, arch):
-    nvrtc = pytest.importorskip("fusecc.runtime.cuda.nvrtc")
-    resources = pytest.importorskip("fusecc.runtime.cuda.resources")
+    import fusecc.runtime.cuda.nvrtc as nvrtc
+    import fusecc.runtime.cuda.resources as resources
     _, cuda = emitted[name]
     result = nvrtc.compile_cuda(cuda.text, f"{name}.cu", arch=arch, output="cubin", options=nvrtc.NvrtcOptions(ptxas_verbose=True))
     usage = resources.parse_ptxas_report(result.log)
@@ -69,7 +69,7 @@ def test_emitted_source_compiles_with_nvrtc(emitted, name, arch):
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_emitted_kernels_match_the_loop_interpreter_on_the_cpu_harness(emitted, name, cuda_cache_dir):
-    execute = pytest.importorskip("fusecc.runtime.cuda.execute")
+    import fusecc.runtime.cuda.execute as execute
     module, cuda = emitted[name]
     schedule = entry_schedule(module)
     rng = np.random.default_rng(7)

@@ -17,10 +17,6 @@ from harness import PROGRAM, TARGETS, check_lowering, group_consecutive, parse
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler import parse_module, print_op, verify
-from fusecc.compiler.pass_manager import PASS_REGISTRY
-from fusecc.passes.lowering.driver import load_templates
-from fusecc.passes.lowering.interface import TEMPLATES
-from fusecc.passes.lowering.reduction import lower_group
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
 
@@ -49,19 +45,8 @@ def reduced(name: str):
     return module
 
 
-@pytest.fixture
-def naive_contractions(monkeypatch):
-    """The generic template for matmul/attention groups whose templates are missing."""
-    load_templates()
-    for kind in ("matmul", "attention"):
-        if kind not in TEMPLATES:
-            monkeypatch.setitem(TEMPLATES, kind, lower_group)
-
-
 def fused(module, target: str):
-    """The fusion pass's groups when it exists (on a copy); the test then lowers those."""
-    if "fuse" not in PASS_REGISTRY:
-        return module
+    """The fusion pass's groups (on a copy); the test then lowers those."""
     from fusecc.compiler.pass_manager import parse_pipeline, run_pipeline
 
     copy = parse_module(print_op(module))
@@ -71,7 +56,7 @@ def fused(module, target: str):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_examples_lower_and_match_the_reference(name, target, naive_contractions):
+def test_examples_lower_and_match_the_reference(name, target):
     module = reduced(name)
     entry = module.functions()[0].sym_name
     # 64 threads a block keep the interpreter quick and still put a row over two warps
@@ -210,7 +195,7 @@ def test_random_programs_grouped_by_hand(seed):
 
 
 @pytest.mark.parametrize("seed", range(10, 14))
-def test_random_programs_unfused_or_fused_by_the_fusion_pass(seed, naive_contractions):
+def test_random_programs_unfused_or_fused_by_the_fusion_pass(seed):
     module = parse(Program(seed, size=10).text())
     for target in TARGETS:
         check_lowering(fused(module, target), target, PROGRAM)

@@ -157,7 +157,6 @@ def test_the_piece_is_chosen_per_tile_outside_the_k_loop(hardware, tiles):
 
 @pytest.fixture
 def private_cache(tmp_path, monkeypatch):
-    pytest.importorskip("llvmlite.binding")
     monkeypatch.setenv("FUSECC_CACHE_DIR", str(tmp_path))
 
 
