@@ -149,3 +149,26 @@ def test_versions():
         opt.build_arg_parser().parse_args(["--version"])
     assert done.value.code == 0
     assert driver.main(["--version"]) == 0
+
+
+def test_onnx_models_compile_by_path_with_shapes_and_named_outputs(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"], name="project"), helper.make_node("Relu", ["h"], ["y"], name="act")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(W, "W")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    prog = fusecc.compile(tmp_path / "m.onnx", target="reference", shapes={"x": (4, 8)})
+    assert list(prog.inputs) == ["x"] and prog.outputs == ["y"]
+    np.testing.assert_allclose(prog(x=X)["y"], np.maximum(X @ W, 0), rtol=1e-5, atol=1e-6)
+
+    bad = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"], name="odd_node")], "g",
+                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(bad, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "bad.onnx"))
+    with pytest.raises(Exception, match="node 'odd_node' \\(NoSuchOp\\)"):
+        fusecc.compile(tmp_path / "bad.onnx")

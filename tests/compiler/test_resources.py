@@ -257,3 +257,18 @@ def test_cli_reports_a_bad_resource_with_exit_1(tmp_path, capsys):
     assert driver.main([str(path), "--emit=tensor"]) == 1
     err = capsys.readouterr().err
     assert f"{path}:3:50: error: resource 'wq' has shape [3, 4]" in err and "^" in err
+
+
+def test_the_cuda_path_reads_resources_on_the_cpu_harness(tmp_path):
+    from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
+    from fusecc.driver.cuda_level import build_manifest
+    from fusecc.driver.pipelines import pipeline_for_level
+    from fusecc.passes.backends.cuda.emit import emit_cuda
+
+    from fusecc.runtime.cuda import execute
+    module = parse_file(write_model(tmp_path))
+    run_pipeline(parse_pipeline(pipeline_for_level("cuda", target="h200")), module, PassContext(target="h200"))
+    cuda = emit_cuda(module)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    got = execute.run_on_cpu(build_manifest(module, cuda), cuda.text, {"x": x}, cache_dir=tmp_path / "cache")
+    np.testing.assert_allclose(got["result0"], x @ WEIGHT + BIAS, rtol=1e-5, atol=1e-6)
