@@ -23,6 +23,7 @@ import numpy as np
 from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, i1
 
+from fusecc.dialects.tensor.numerics import power
 from fusecc.runtime.reference import InterpreterError, erf as erf_array, round_bf16, to_storage
 
 
@@ -111,7 +112,7 @@ BINARY = {
     "arith.and": lambda a, b: a & b,
     "arith.or": lambda a, b: a | b,
     "arith.xor": lambda a, b: a ^ b,
-    "math.pow": lambda a, b: np.power(a, b),
+    "math.pow": lambda a, b: power(np.array([a]), np.array([b]))[0],  # C99 pow (docs/semantics.md)
 }
 
 UNARY = {

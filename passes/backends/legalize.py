@@ -233,6 +233,8 @@ def legalize_kernel(kernel: Operation) -> int:
         replacement = legalize_op(op)
         if replacement is None:
             continue
+        if replacement.name_hint is None:  # the C and LLVM keep the source's names
+            replacement.name_hint = op.result.name_hint
         op.result.replace_all_uses_with(replacement)
         op.erase()
         rewritten += 1
