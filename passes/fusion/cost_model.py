@@ -22,7 +22,8 @@ Estimates (`estimate_ops` for a candidate set of top-level ops,
 `estimate_group` for a materialised `fusion.group`) model the lowering that
 `passes/fusion/fuse.py` documents for each group kind:
 
-* bytes: every group input is read once (caches serve re-reads of tiles),
+* bytes: every group input is read once (caches serve re-reads of tiles;
+  of a table only gathered from, the gathered rows),
   every output written once; splat constants are free;
 * flops: per-element weights per op (`FLOPS_PER_ELEMENT`), times how often
   the lowering evaluates the op (values inlined into a larger consumer are
@@ -277,8 +278,17 @@ def register_growth_per_value(hardware: Hardware) -> int:
     return REGISTERS_PER_POINTER + ELEMENTS_PER_THREAD if hardware.is_gpu else 2 * hardware.warp_size
 
 
+def _input_bytes(value: Value, body: KernelBody) -> int:
+    """The bytes a group reads of an input: all of them, except for a table
+    that is only gathered from, of which at most the gathered rows."""
+    users = [u for u in value.users if u in body.members]
+    if users and all(u.name == "tensor.gather" and u.operands[0] is value and u.operands[1] is not value for u in users):
+        return min(byte_size(value), sum(byte_size(u.results[0]) for u in users))
+    return byte_size(value)
+
+
 def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
-    bytes_read = sum(byte_size(v) for v in body.inputs)
+    bytes_read = sum(_input_bytes(v, body) for v in body.inputs)
     bytes_written = sum(byte_size(v) for v in body.outputs)
     evals = _evaluations(body, kind, hardware)
     tensor_flops = other_flops = recomputed = 0.0
