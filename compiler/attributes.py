@@ -124,7 +124,7 @@ class DenseElementsAttr(Attribute):
             # A splat stays one element broadcast to the shape (a read-only
             # view): `dense<0.5> : tensor<4096x4096xf32>` costs 4 bytes.
             array = np.broadcast_to(array.reshape(()), type.shape)
-            self._splat = True
+            self._splat = array.size > 0  # an empty tensor has no splat value
         else:
             if array.shape != tuple(type.shape):
                 array = np.broadcast_to(array, type.shape)

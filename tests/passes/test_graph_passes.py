@@ -70,6 +70,26 @@ def test_fold_hook_is_used_by_canonicalize():
     assert text.count("test.halve") == 1
 
 
+def test_constant_folding_leaves_operands_outside_the_domain_for_run_time():
+    """An op whose `evaluate` raises DomainError (a maximum over an empty
+    axis) stays, for the reference to report with its location; an empty
+    constant is no splat (it has no value to hash or print as one)."""
+    module = parse_module(
+        """
+func.func @main() -> (tensor<3xf32>, tensor<3xf32>) {
+  %x = tensor.constant {value = dense<1.0> : tensor<3x0xf32>} : () -> tensor<3x0xf32>
+  %0 = tensor.reduce_max %x {axes = [1]} : (tensor<3x0xf32>) -> tensor<3xf32>
+  %1 = tensor.reduce_sum %x {axes = [1]} : (tensor<3x0xf32>) -> tensor<3xf32>
+  func.return %0, %1 : tensor<3xf32>, tensor<3xf32>
+}
+"""
+    )
+    run_pipeline(parse_pipeline("canonicalize,cse"), module)
+    text = print_op(module)
+    assert "tensor.reduce_max" in text and "tensor.reduce_sum" not in text
+    assert "dense<0.0> : tensor<3xf32>" in text
+
+
 def test_statistics():
     module = parse_module(
         """

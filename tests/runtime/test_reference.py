@@ -549,3 +549,20 @@ def test_float_to_int_cast_saturates(element, dtype):
     want = [0, info.max, info.min, info.max, info.min, -2, 2, 0, info.max if dtype is np.int32 else 2**31]
     out = run(T.CastOp, x, result_type=TensorType(x.shape, element))
     np.testing.assert_array_equal(out, np.array(want, dtype))
+
+
+def test_the_oracle_does_not_use_the_lowering():
+    """The reference must stay independent of what it checks: importing it
+    and running a program loads nothing of fusecc.passes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from fusecc.compiler.parser import parse_module\n"
+        "from fusecc.runtime.reference import evaluate\n"
+        f"evaluate(parse_module({REVERSED_SLICE!r}), 'main', [np.zeros(4, np.float32)])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fusecc.passes')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
