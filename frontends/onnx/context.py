@@ -16,7 +16,7 @@ from fusecc.compiler.diagnostics import Location, NameLoc
 from fusecc.compiler.ir import Value, VerifyError
 from fusecc.compiler.types import ScalarType, TensorType, bf16, f16, f32, i1, i32, i64
 from fusecc.dialects import tensor as T
-from fusecc.frontends.onnx.errors import ModelError, NodeError
+from fusecc.frontends.onnx.errors import NodeError
 
 # ONNX TensorProto element types that the tensor dialect holds.
 ONNX_ELEMENT_TYPES: dict[int, ScalarType] = {1: f32, 6: i32, 7: i64, 9: i1, 10: f16, 16: bf16}
@@ -103,7 +103,10 @@ class ImportContext:
         cached = self._materialized.get(id(entry))
         if cached is not None and cached[0] is entry:
             return cached[1]
-        element = self.element_of_dtype(array.dtype)
+        if array.dtype.name == "bfloat16":  # onnx's numpy view of bf16; fusecc stores bf16 as f32
+            array, element = array.astype(np.float32), bf16
+        else:
+            element = self.element_of_dtype(array.dtype)
         op = self.builder.create(T.ConstantOp, [], {"value": A.DenseElementsAttr(array, TensorType(array.shape, element))}, location=self.node.location)
         self._materialized[id(entry)] = (entry, op.result)
         if id(entry) in self.constant_names:
@@ -143,4 +146,4 @@ def is_constant(entry) -> bool:
     return isinstance(entry, np.ndarray)
 
 
-__all__ = ["ImportContext", "Node", "Entry", "shape_of", "element_of", "is_constant", "ModelError", "ONNX_ELEMENT_TYPES", "onnx_type_name"]
+__all__ = ["ImportContext", "Node", "Entry", "shape_of", "element_of", "is_constant", "ONNX_ELEMENT_TYPES", "onnx_type_name"]

@@ -182,3 +182,15 @@ def test_onnx_semantics_match_onnxruntime(tmp_path, target):
         "flag": np.array([[[True]]]),
     }
     assert_matches_onnxruntime(path, feeds, target, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_weights_become_bf16_constants(tmp_path):
+    from onnx import TensorProto, helper
+
+    from fusecc.runtime.reference import evaluate
+
+    weight = helper.make_tensor("w", TensorProto.BFLOAT16, [2], [1.5, -2.0])
+    path = save(tmp_path, [node("Add", ["x", "w"], ["y"])], [value("x", TensorProto.BFLOAT16, [2])], [value("y", TensorProto.BFLOAT16, [2])], [weight])
+    module = import_onnx(str(path)).module
+    assert "dense<[1.5, -2.0]> : tensor<2xbf16>" in print_op(module)
+    np.testing.assert_array_equal(evaluate(module, "main", [np.array([1.0, 1.0], np.float32)])[0], [2.5, -1.0])
