@@ -1,10 +1,10 @@
 """Parser for the textual IR (custom and generic forms), built on lark LALR.
 
-Parsing is two steps. lark turns the text into light syntax tuples (its
-LALR parser with an inline transformer builds no parse tree), then
-`_IRBuilder` resolves SSA names in scope, builds ops and reports located
-errors. Types are single tokens (`tensor<4x8xf32>`), which keeps the token
-count, and so the parse time, low.
+Parsing is two steps. lark turns the text into light syntax tuples
+(`syntax.py`: the grammar, lark's tables, syntax errors), then `_IRBuilder`
+resolves SSA names in scope, builds ops and reports located errors; its
+base `LiteralReader` (`literals.py`) reads types, attributes and dense
+literals.
 
 The custom form of an op is uniform across dialects:
 
@@ -23,349 +23,16 @@ from __future__ import annotations
 
 import functools
 import gc
-import os
 import re
-from typing import Callable
 
 import lark
-import numpy as np
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.diagnostics import DiagnosticError, FileLineColLoc, FusedLoc, Location, NameLoc, UNKNOWN_LOC, error
+from fusecc.compiler.diagnostics import FileLineColLoc
 from fusecc.compiler.ir import Block, Operation, Region, lookup_op_class
-from fusecc.compiler.types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i1, i64, parse_type_token
-
-GRAMMAR = r"""
-start: operation*
-attributes_only: ATTR_LBRACE [attr_entry ("," attr_entry)*] "}" -> attr_dict
-
-?operation: custom_op | generic_op | func_op | module_op
-
-custom_op: [RESULTS] OP_NAME [custom_operands] [attr_dict] [type_sig] region* [loc]
-custom_operands: SYMBOL ["(" [VALUES] ")"] -> symbol_operands
-               | VALUES                    -> plain_operands
-generic_op: [RESULTS] STRING "(" [VALUES] ")" [generic_regions] [free_attr_dict] type_sig [loc]
-func_op: FUNC_KW SYMBOL "(" [typed_arg ("," typed_arg)*] ")" ["->" result_types] ["attributes" free_attr_dict] region [loc]
-module_op: MODULE_KW [SYMBOL] ["attributes" free_attr_dict] region [loc]
-
-generic_regions: "(" region ("," region)* ")"
-region: LBRACE region_item* "}"
-?region_item: operation | block_label
-block_label: CARET_ID ["(" typed_arg ("," typed_arg)* ")"] ":"
-typed_arg: VALUE ":" TYPE [loc]
-
-// Well-formed signatures lex as one token; the spelled-out rules below
-// only see text those tokens reject, and give the precise syntax error.
-type_sig: SIGNATURE                -> sig_token
-        | TYPE_LIST                -> sig_token
-        | ":" function_type        -> sig_function
-        | ":" TYPE ("," TYPE)*     -> sig_types
-function_type: "(" [TYPE ("," TYPE)*] ")" "->" result_types
-result_types: TYPE                 -> one_type
-            | "(" [TYPE ("," TYPE)*] ")" -> type_list
-
-// After a custom op's operands '{' may open an attribute dictionary or a
-// region; ATTR_LBRACE only matches when what follows reads as attributes.
-// Elsewhere no region can follow, so any '{' opens the dictionary.
-attr_dict: ATTR_DICT -> attr_dict_token
-         | ATTR_LBRACE [attr_entry ("," attr_entry)*] "}"
-free_attr_dict: ATTR_DICT -> attr_dict_token
-              | (ATTR_LBRACE | LBRACE) [attr_entry ("," attr_entry)*] "}" -> attr_dict
-attr_entry: BARE_ID ["=" attr_value]
-?attr_value: INT [":" TYPE]        -> int_attr
-    | FLOAT [":" TYPE]             -> float_attr
-    | HEX [":" TYPE]               -> hex_attr
-    | STRING                       -> string_attr
-    | "true"                       -> true_attr
-    | "false"                      -> false_attr
-    | "unit"                       -> unit_attr
-    | "[" [attr_value ("," attr_value)*] "]" -> array_attr
-    | "dense" "<" [attr_value] ">" ":" TYPE  -> dense_attr
-    | "dense_resource" "<" (BARE_ID | STRING) ">" ":" TYPE -> dense_resource_attr
-    | SYMBOL                       -> symbol_attr
-    | TYPE                         -> type_attr
-    | function_type                -> function_type_attr
-
-loc: LOC_KW "(" loc_body ")"
-?loc_body: STRING ":" INT ":" INT  -> file_loc
-    | "unknown"                    -> unknown_loc
-    | STRING ["(" loc_body ")"]    -> name_loc
-    | "fused" "[" loc_body ("," loc_body)* "]" -> fused_loc
-
-// Operand lists and type signatures are single tokens: they make up most
-// of a program's text, and lark's time is per token. The builder splits
-// them (and memoises signatures, which repeat).
-RESULTS.4: /%[A-Za-z0-9_.$\-]+(:[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+)*\s*=(?!=)\s*/
-VALUES.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?(\s*,\s*%[A-Za-z0-9_.$\-]+(#[0-9]+)?)*\s*/
-VALUE.3: /%[A-Za-z0-9_.$\-]+(#[0-9]+)?/
-SIGNATURE.4: /:\s*\([^()]*\)\s*->\s*(\([^()]*\)|(tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))\s*/
-TYPE_LIST.3: /:\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.]))(\s*,\s*((tensor|memref|vector)<[^<>]*>|(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.])))*\s*/
-FUNC_KW.5: "func.func"
-MODULE_KW.5: "module"
-LOC_KW.5: "loc"
-OP_NAME.2: /[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z0-9_$]+)+/
-SYMBOL: /@[A-Za-z0-9_.$\-]+/
-CARET_ID: /\^[A-Za-z0-9_.$\-]+/
-TYPE.3: /(tensor|memref|vector)<[^<>]*>/ | /(f16|bf16|f32|f64|i1|i8|i32|i64|index)(?![A-Za-z0-9_$.])/
-BARE_ID.1: /[A-Za-z_][A-Za-z0-9_$.]*/
-HEX.4: /0x[0-9A-Fa-f]+/
-FLOAT.3: /[-+]?[0-9]+\.[0-9]*([eE][-+]?[0-9]+)?/ | /[-+]?[0-9]+[eE][-+]?[0-9]+/
-INT.2: /[-+]?[0-9]+/
-STRING: /"([^"\\\n]|\\.)*"/
-// A whole attribute dictionary without nested braces is one token too; the
-// builder reads it once per distinct spelling with the rules below.
-ATTR_DICT.6: /\{(?=\s*(\}|[A-Za-z_][A-Za-z0-9_$.]*\s*=|[A-Za-z_][A-Za-z0-9_$]*\s*[,}]))[^{}"]*("([^"\\\n]|\\.)*"[^{}"]*)*\}\s*/
-ATTR_LBRACE.5: /\{(?=\s*(\}|[A-Za-z_][A-Za-z0-9_$.]*\s*=|[A-Za-z_][A-Za-z0-9_$]*\s*[,}]))/
-LBRACE: "{"
-COMMENT: /\/\/[^\n]*/
-%import common.WS
-%ignore WS
-%ignore COMMENT
-"""
-
-# Human names for terminals in "expected ..." messages.
-_TERMINAL_NAMES = {
-    "RESULTS": "result names",
-    "VALUE": "an SSA value",
-    "VALUES": "SSA values",
-    "SIGNATURE": "a type signature ': (...) -> ...'",
-    "TYPE_LIST": "': types'",
-    "OP_NAME": "an operation name",
-    "SYMBOL": "a symbol (@name)",
-    "CARET_ID": "a block label",
-    "TYPE": "a type",
-    "BARE_ID": "an attribute name",
-    "HEX": "a hex literal",
-    "FLOAT": "a float",
-    "INT": "an integer",
-    "STRING": "a string",
-    "ATTR_LBRACE": "'{'",
-    "LBRACE": "'{'",
-    "RBRACE": "'}'",
-    "LPAR": "'('",
-    "RPAR": "')'",
-    "LSQB": "'['",
-    "RSQB": "']'",
-    "COMMA": "','",
-    "COLON": "':'",
-    "EQUAL": "'='",
-    "MORETHAN": "'>'",
-    "LESSTHAN": "'<'",
-    "__ANON_0": "'->'",
-    "FUNC_KW": "'func.func'",
-    "MODULE_KW": "'module'",
-    "LOC_KW": "'loc'",
-    "$END": "end of input",
-}
-
-
-class OpSyntax:
-    """One op as read, before names are resolved."""
-
-    __slots__ = ("kind", "results", "name", "symbol", "operands", "attrs", "signature", "result_types", "regions", "loc", "token", "args")
-
-    def __init__(self, kind, token):
-        self.kind = kind  # "custom", "generic", "func", "module"
-        self.token = token
-        self.results = None
-        self.name = None
-        self.symbol = None
-        self.operands = None  # a VALUES token, or None
-        self.attrs = ()
-        self.signature = None  # a SIGNATURE or TYPE_LIST token, or None
-        self.result_types = None
-        self.regions = ()
-        self.loc = None
-        self.args = ()
-
-
-class _Reader(lark.Transformer):
-    """lark callbacks: turn each rule into a tuple or an `OpSyntax`."""
-
-    # --- ops -----------------------------------------------------------------
-    def custom_op(self, c):
-        results, name, operands, attrs, sig, *rest = c
-        op = OpSyntax("custom", results or name)
-        op.results = results
-        op.name = name
-        if operands is not None:
-            op.symbol, op.operands = operands
-        op.attrs = attrs or ()
-        op.signature = sig
-        op.regions = rest[:-1]
-        op.loc = rest[-1]
-        return op
-
-    def generic_op(self, c):
-        results, name, values, regions, attrs, signature, loc = c
-        op = OpSyntax("generic", results or name)
-        op.results = results
-        op.name = name
-        op.operands = values
-        op.regions = regions or ()
-        op.attrs = attrs or ()
-        op.signature = signature
-        op.loc = loc
-        return op
-
-    def func_op(self, c):
-        keyword, symbol, *rest = c
-        loc = rest.pop()
-        region = rest.pop()
-        attrs = rest.pop()
-        result_types = rest.pop()
-        op = OpSyntax("func", keyword)
-        op.symbol = symbol
-        op.args = [a for a in rest if a is not None]
-        op.result_types = result_types or []
-        op.attrs = attrs or ()
-        op.regions = (region,)
-        op.loc = loc
-        return op
-
-    def module_op(self, c):
-        keyword, symbol, attrs, region, loc = c
-        op = OpSyntax("module", keyword)
-        op.symbol = symbol
-        op.attrs = attrs or ()
-        op.regions = (region,)
-        op.loc = loc
-        return op
-
-    def symbol_operands(self, c):
-        return (c[0], c[1])  # `@k` alone, `@k()` and `@k(%a)` all parse
-
-    def plain_operands(self, c):
-        return (None, c[0])
-
-    def generic_regions(self, c):
-        return c
-
-    def region(self, c):
-        return (c[0], c[1:])
-
-    def block_label(self, c):
-        return ("label", c[0], [a for a in c[1:] if a is not None])
-
-    def typed_arg(self, c):
-        return c  # [VALUE, TYPE, loc]
-
-    # --- types ---------------------------------------------------------------
-    def sig_token(self, c):
-        return c[0]
-
-    def sig_function(self, c):
-        return ("spelled", c[0][0], c[0][1])
-
-    def sig_types(self, c):
-        return ("spelled", list(c), None)
-
-    def function_type(self, c):
-        return ([t for t in c[:-1] if t is not None], c[-1])
-
-    def one_type(self, c):
-        return [c[0]]
-
-    def type_list(self, c):
-        return [t for t in c if t is not None]
-
-    # --- attributes ------------------------------------------------------------
-    def attr_dict(self, c):
-        return [e for e in c[1:] if e is not None]
-
-    def attr_dict_token(self, c):
-        return ("token", c[0])
-
-    def attr_entry(self, c):
-        return (c[0], c[1])
-
-    def int_attr(self, c):
-        return ("int", c[0], c[1])
-
-    def float_attr(self, c):
-        return ("float", c[0], c[1])
-
-    def hex_attr(self, c):
-        return ("hex", c[0], c[1])
-
-    def string_attr(self, c):
-        return ("string", c[0])
-
-    def true_attr(self, c):
-        return ("bool", True)
-
-    def false_attr(self, c):
-        return ("bool", False)
-
-    def unit_attr(self, c):
-        return ("unit",)
-
-    def array_attr(self, c):
-        return ("array", [e for e in c if e is not None])
-
-    def dense_attr(self, c):
-        return ("dense", c[0], c[1])
-
-    def dense_resource_attr(self, c):
-        return ("dense_resource", c[0], c[1])
-
-    def symbol_attr(self, c):
-        return ("symbol", c[0])
-
-    def type_attr(self, c):
-        return ("type", c[0])
-
-    def function_type_attr(self, c):
-        return ("function_type", c[0])
-
-    # --- locations -------------------------------------------------------------
-    def loc(self, c):
-        return c[1]
-
-    def file_loc(self, c):
-        return ("file", c[0], c[1], c[2])
-
-    def unknown_loc(self, c):
-        return ("unknown",)
-
-    def name_loc(self, c):
-        return ("name", c[0], c[1])
-
-    def fused_loc(self, c):
-        return ("fused", c)
-
-
-# Where lark keeps the LALR tables between processes (~60 ms per process):
-# a function giving the file, set by whoever owns the cache folder (the
-# package root hands in the runtime's); None builds the tables each time.
-_grammar_cache: Callable[[], str] | None = None
-
-
-def set_grammar_cache(path_of: Callable[[], str] | None) -> None:
-    """Use `path_of()` as lark's table cache (called on the first parse)."""
-    global _grammar_cache
-    _grammar_cache = path_of
-    _lark_parser.cache_clear()
-
-
-@functools.lru_cache(maxsize=1)
-def _lark_parser() -> lark.Lark:
-    # lark checks the grammar's hash itself and rebuilds a stale or unreadable file.
-    cache: str | bool = False
-    if _grammar_cache is not None:
-        try:
-            cache = _grammar_cache()
-        except OSError:  # no writable cache folder: build the tables each time
-            cache = False
-    return lark.Lark(
-        GRAMMAR,
-        parser="lalr",
-        lexer="contextual",
-        transformer=_Reader(),
-        maybe_placeholders=True,
-        cache=cache,
-        start=["start", "attributes_only"],
-    )
+from fusecc.compiler.literals import LiteralReader, _attribute_dicts
+from fusecc.compiler.syntax import OpSyntax, lark_parser, set_grammar_cache, syntax_error, token_piece
+from fusecc.compiler.types import FunctionType, TypeSyntaxError, parse_type_token
 
 
 def registered_op(name: str) -> type[Operation]:
@@ -410,231 +77,8 @@ def _hint(name: str) -> str | None:
     return None if _NUMERIC.match(name) else name
 
 
-class _IRBuilder:
-    def __init__(self, filename: str, line_offset: int):
-        self.filename = filename
-        self.line_offset = line_offset
-        # While reading text parsed on its own (an attribute dictionary
-        # token), the (line, column) where that text starts in the file.
-        self._origin: tuple[int, int] | None = None
-        # The file behind `dense_resource<...>`: given by the caller, or
-        # named by the module's `fusecc.resources` (compiler/resources.py).
-        self.resource_path: str | None = None
-        self._resources = None
-
-    # --- locations -----------------------------------------------------------
-    def at(self, token) -> FileLineColLoc:
-        line, column = token.line, token.column
-        if self._origin is not None:
-            origin_line, origin_column = self._origin
-            column = column + origin_column - 1 if line == 1 else column
-            line += origin_line - 1
-        return FileLineColLoc(self.filename, line + self.line_offset, column)
-
-    def fail(self, token, message: str) -> DiagnosticError:
-        return error(self.at(token), message)
-
-    def location(self, syntax) -> Location:
-        kind = syntax[0]
-        if kind == "file":
-            return FileLineColLoc(self.string(syntax[1]), int(syntax[2]), int(syntax[3]))
-        if kind == "unknown":
-            return UNKNOWN_LOC
-        if kind == "name":
-            return NameLoc(self.string(syntax[1]), self.location(syntax[2]) if syntax[2] else None)
-        return FusedLoc(tuple(self.location(s) for s in syntax[1]))
-
-    def op_location(self, op: OpSyntax) -> Location:
-        return self.location(op.loc) if op.loc is not None else self.at(op.token)
-
-    # --- types -------------------------------------------------------------
-    def type(self, token):
-        try:
-            return parse_type_token(str(token))
-        except TypeSyntaxError as exc:
-            raise self.fail(token, str(exc)) from None
-
-    def types(self, tokens):
-        return [self.type(t) for t in tokens]
-
-    # --- literals ------------------------------------------------------------
-    def string(self, token) -> str:
-        try:
-            return A.unquote_string(str(token))
-        except ValueError as exc:
-            raise self.fail(token, str(exc)) from None
-
-    def integer(self, token, t: ScalarType) -> int:
-        value = int(str(token))
-        if not A.integer_in_range(value, t):
-            raise self.fail(token, f"integer {value} is out of range for {t}")
-        return value
-
-    def hex_float(self, token, t: ScalarType) -> float:
-        try:
-            return A.float_from_bits(int(str(token), 16), t)
-        except ValueError as exc:
-            raise self.fail(token, str(exc)) from None
-
-    # --- attributes --------------------------------------------------------
-    def attributes(self, entries) -> dict[str, A.Attribute]:
-        if isinstance(entries, tuple) and entries:  # ("token", ATTR_DICT)
-            return self.attribute_token(entries[1])
-        out = {}
-        for key, value in entries:
-            if key in out:
-                raise self.fail(key, f"duplicate attribute '{key}'")
-            out[str(key)] = A.UnitAttr() if value is None else self.attribute(value, key)
-        return out
-
-    def attribute(self, syntax, anchor) -> A.Attribute:
-        kind = syntax[0]
-        if kind == "int":
-            t = self.type(syntax[2]) if syntax[2] else i64
-            if t.is_float:
-                return A.FloatAttr(float(int(syntax[1])), t)
-            if t is i1:
-                return A.BoolAttr(bool(self.integer(syntax[1], t)))
-            return A.IntegerAttr(self.integer(syntax[1], t), t)
-        if kind == "float":
-            t = self.type(syntax[2]) if syntax[2] else f32
-            if not t.is_float:
-                raise self.fail(syntax[1], f"float literal {syntax[1]} with non-float type {t}")
-            return A.FloatAttr(float(syntax[1]), t)
-        if kind == "hex":
-            t = self.type(syntax[2]) if syntax[2] else i64
-            if t.is_float:
-                return A.FloatAttr(self.hex_float(syntax[1], t), t)
-            return A.IntegerAttr(self.hex_integer(syntax[1], t), t)
-        if kind == "string":
-            return A.StringAttr(self.string(syntax[1]))
-        if kind == "bool":
-            return A.BoolAttr(syntax[1])
-        if kind == "unit":
-            return A.UnitAttr()
-        if kind == "array":
-            return A.ArrayAttr(tuple(self.attribute(e, anchor) for e in syntax[1]))
-        if kind == "symbol":
-            return A.SymbolRefAttr(str(syntax[1])[1:])
-        if kind == "type":
-            return A.TypeAttr(self.type(syntax[1]))
-        if kind == "function_type":
-            inputs, results = syntax[1]
-            return A.TypeAttr(FunctionType(self.types(inputs), self.types(results)))
-        if kind == "dense":
-            return self.dense(syntax[1], syntax[2], anchor)
-        if kind == "dense_resource":
-            return self.dense_resource(syntax[1], syntax[2])
-        raise AssertionError(kind)
-
-    def hex_integer(self, token, t: ScalarType) -> int:
-        value = int(str(token), 16)
-        if not A.integer_in_range(value, t):
-            raise self.fail(token, f"integer {token} is out of range for {t}")
-        return value
-
-    def dense(self, body, type_token, anchor) -> A.DenseElementsAttr:
-        t = self.type(type_token)
-        if not isinstance(t, ShapedType):
-            raise self.fail(type_token, f"dense elements need a tensor type, not {t}")
-        dtype = t.element_type.numpy_dtype
-        if body is None:
-            if t.num_elements != 0:
-                raise self.fail(type_token, f"empty dense<> for {t}, which has {t.num_elements} elements")
-            return A.DenseElementsAttr(np.zeros(t.shape, dtype), t)
-        if body[0] == "string":
-            return self.dense_hex(body[1], t)
-        values = self.dense_values(body, t.element_type, type_token)
-        array = np.array(values, dtype=dtype)
-        if array.ndim == 0:
-            return A.DenseElementsAttr(array, t)  # a splat
-        if array.shape != tuple(t.shape):
-            raise self.fail(type_token, f"dense literal has shape {list(array.shape)} but the type {t} needs {list(t.shape)}")
-        return A.DenseElementsAttr(array, t)
-
-    def dense_hex(self, token, t: ShapedType) -> A.DenseElementsAttr:
-        """MLIR's `dense<"0x...">`: raw little-endian elements, or one splat element."""
-        text = self.string(token)
-        if not text.startswith("0x"):
-            raise self.fail(token, "a dense string must be hex data starting with 0x")
-        try:
-            raw = bytes.fromhex(text[2:])
-        except ValueError:
-            raise self.fail(token, "dense hex data has a character that is not a hex digit, or an odd number of digits") from None
-        element_bytes = max(1, t.element_type.bitwidth // 8)
-        if len(raw) % element_bytes:
-            raise self.fail(token, f"dense hex data of {len(raw)} bytes is not a whole number of {t.element_type} elements")
-        flat = A.elements_from_bytes(raw, t.element_type)
-        if flat.size == 1:
-            return A.DenseElementsAttr(flat[0], t)  # a splat
-        if flat.size != t.num_elements:
-            raise self.fail(token, f"hex data holds {flat.size} elements but {t} needs {t.num_elements}")
-        return A.DenseElementsAttr(flat.reshape(t.shape), t)
-
-    def open_resources(self, module: Operation, syntax: OpSyntax) -> None:
-        """Open the resource file of a top-level module: the caller's, else
-        the one its `fusecc.resources` names, inside the module's folder."""
-        from fusecc.compiler import paths, resources
-
-        named = module.attributes.get(resources.RESOURCES_ATTR)
-        if self._resources is not None or (named is None and self.resource_path is None):
-            return
-        anchor = syntax.token
-        if named is not None:
-            attrs = syntax.attrs
-            anchor = _piece(attrs[1], resources.RESOURCES_ATTR) if isinstance(attrs, tuple) else next((k for k, _ in attrs if str(k) == resources.RESOURCES_ATTR), anchor)
-        try:
-            if self.resource_path is not None:
-                path = self.resource_path
-            elif not isinstance(named, A.StringAttr):
-                raise resources.ResourceError(f"'{resources.RESOURCES_ATTR}' must be a string naming a safetensors or .npz file")
-            else:
-                folder = os.path.dirname(os.path.abspath(self.filename)) if not self.filename.startswith("<") else os.getcwd()
-                path = paths.resolve_inside(folder, named.value, "resource file")
-            self._resources = resources.ResourceFile(path)
-        except (resources.ResourceError, paths.PathOutsideFolder) as exc:
-            raise self.fail(anchor, str(exc)) from None
-
-    def dense_resource(self, name_token, type_token) -> A.DenseResourceElementsAttr:
-        from fusecc.compiler import resources
-
-        t = self.type(type_token)
-        if not isinstance(t, ShapedType):
-            raise self.fail(type_token, f"dense_resource needs a tensor type, not {t}")
-        name = self.string(name_token) if str(name_token).startswith('"') else str(name_token)
-        if self._resources is None:
-            raise self.fail(
-                name_token,
-                f"dense_resource<{name}> needs a resource file, and the module names none: "
-                f"write 'module attributes {{{resources.RESOURCES_ATTR} = \"weights.safetensors\"}} {{ ... }}'",
-            )
-        try:
-            return self._resources.attribute(name, t)
-        except resources.ResourceError as exc:
-            raise self.fail(name_token, str(exc)) from None
-
-    def dense_values(self, syntax, element: ScalarType, anchor):
-        kind = syntax[0]
-        if kind == "array":
-            items = [self.dense_values(e, element, anchor) for e in syntax[1]]
-            shapes = {np.shape(i) for i in items}
-            if len(shapes) > 1:
-                raise self.fail(anchor, "dense literal rows have different lengths")
-            return items
-        if kind == "bool":
-            return syntax[1]
-        if kind in ("int", "float"):
-            if syntax[2] is not None:
-                raise self.fail(syntax[2], "elements of a dense literal take no type; the tensor type gives it")
-            text = str(syntax[1])
-            if element.is_float:
-                return float(text)
-            if kind == "float":
-                raise self.fail(syntax[1], f"float {text} in a dense literal of {element}")
-            return self.integer(syntax[1], element) != 0 if element is i1 else self.integer(syntax[1], element)
-        if kind == "hex":
-            return self.hex_float(syntax[1], element) if element.is_float else self.hex_integer(syntax[1], element)
-        raise self.fail(anchor, "expected a number, a boolean or a nested list in dense<...>")
+class _IRBuilder(LiteralReader):
+    """Ops, SSA names in scope, blocks and regions."""
 
     # --- ops -----------------------------------------------------------------
     def module(self, items) -> Operation:
@@ -750,7 +194,7 @@ class _IRBuilder:
             for text, value, want in zip(operand_names, operands, declared):
                 if value.type is not want:
                     raise self.fail(
-                        _piece(syntax.operands, text), f"use of value '{text}' expects type {want}, but it has type {value.type}"
+                        token_piece(syntax.operands, text), f"use of value '{text}' expects type {want}, but it has type {value.type}"
                     )
 
         result_names = self.result_names(syntax.results)
@@ -818,16 +262,16 @@ class _IRBuilder:
         name, _, number = text[1:].partition("#")
         found = scope.lookup(name)
         if found is None:
-            raise self.fail(_piece(token, text), f"use of undefined value '%{name}'")
+            raise self.fail(token_piece(token, text), f"use of undefined value '%{name}'")
         if isinstance(found, tuple):
             if not number:
-                raise self.fail(_piece(token, text), f"'%{name}' names {len(found)} results; pick one with '%{name}#N'")
+                raise self.fail(token_piece(token, text), f"'%{name}' names {len(found)} results; pick one with '%{name}#N'")
             index = int(number)
             if index >= len(found):
-                raise self.fail(_piece(token, text), f"result number {index} is out of range: '%{name}' has {len(found)} results")
+                raise self.fail(token_piece(token, text), f"result number {index} is out of range: '%{name}' has {len(found)} results")
             return found[index]
         if number and int(number) != 0:
-            raise self.fail(_piece(token, text), f"'%{name}' has a single result, not #{number}")
+            raise self.fail(token_piece(token, text), f"'%{name}' has a single result, not #{number}")
         return found
 
     def signature(self, token) -> tuple[list, list | None]:
@@ -842,33 +286,12 @@ class _IRBuilder:
             found = _read_signature(text)
             if isinstance(found, tuple) and len(found) == 2 and isinstance(found[0], str):
                 piece, message = found
-                raise self.fail(_piece(token, piece), message)
+                raise self.fail(token_piece(token, piece), message)
             _signatures[text] = found
         return found
 
 
-    def attribute_token(self, token) -> dict[str, A.Attribute]:
-        """The attributes of an ATTR_DICT token, read once per spelling."""
-        text = str(token).rstrip()
-        found = _attribute_dicts.get(text)
-        if found is None:
-            try:
-                entries = _lark_parser().parse(text, start="attributes_only")
-            except lark.exceptions.UnexpectedInput as exc:  # pragma: no cover - the token's regex admits only dictionaries
-                raise self.fail(token, f"malformed attribute dictionary: {exc}") from None
-            # Positions inside `text` are relative; errors point at the token.
-            saved, self._origin = self._origin, (token.line, token.column)
-            try:
-                found = self.attributes(entries)
-            finally:
-                self._origin = saved
-            if len(text) < 512 and "dense_resource" not in text:  # do not keep large constants (or another file's resources) alive
-                _attribute_dicts[text] = found
-        return dict(found)
-
-
 _signatures: dict[str, tuple[list, list | None]] = {}
-_attribute_dicts: dict[str, dict[str, A.Attribute]] = {}
 
 
 def _split_list(token) -> list[str]:
@@ -915,79 +338,11 @@ def _read_signature(text: str):
     return tuple(out)
 
 
-class _Piece:
-    """A located part of a token, for error messages."""
-
-    __slots__ = ("line", "column", "text")
-
-    def __init__(self, line, column, text):
-        self.line, self.column, self.text = line, column, text
-
-    def __str__(self):
-        return self.text
-
-
-def _piece(token, text: str) -> _Piece:
-    """Where `text` starts inside `token` (first occurrence as a whole item)."""
-    whole = str(token)
-    offset = 0
-    for match in re.finditer(re.escape(text) + r"(?![A-Za-z0-9_.$#\-])", whole):
-        offset = match.start()
-        break
-    before = whole[:offset]
-    line = token.line + before.count("\n")
-    column = offset - before.rfind("\n") if "\n" in before else token.column + offset
-    return _Piece(line, column, text)
-
-
 @functools.lru_cache(maxsize=1)
 def _isolated_trait():
     from fusecc.compiler.traits import IsolatedFromAbove
 
     return IsolatedFromAbove
-
-
-# --------------------------------------------------------------------------- errors
-
-
-# Terminals that can start an operation; listed together they read "an operation".
-_OP_STARTS = {"RESULTS", "OP_NAME", "STRING", "FUNC_KW", "MODULE_KW"}
-
-
-def _describe_expected(expected) -> str:
-    expected = set(expected)
-    names = []
-    if len(expected & _OP_STARTS) >= 3:
-        expected -= _OP_STARTS
-        names.append("an operation")
-    names += sorted({_TERMINAL_NAMES.get(e, f"'{e.lower()}'" if e.isupper() and len(e) < 12 else e) for e in expected})
-    if len(names) > 6:
-        names = names[:6] + ["..."]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-
-
-def _end_position(text: str) -> tuple[int, int]:
-    """Just after the last non-blank character: where more input was expected."""
-    stripped = text.rstrip()
-    line = stripped.count("\n") + 1
-    return line, len(stripped) - (stripped.rfind("\n") + 1) + 1
-
-
-def _syntax_error(exc: lark.exceptions.UnexpectedInput, text: str, filename: str, line_offset: int) -> DiagnosticError:
-    line = getattr(exc, "line", 1)
-    column = getattr(exc, "column", 1)
-    if isinstance(exc, lark.exceptions.UnexpectedCharacters):
-        char = getattr(exc, "char", "?")
-        message = "unterminated string" if char == '"' else f"unexpected character '{char}'"
-    elif isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type != "$END":
-        message = f"expected {_describe_expected(exc.expected)}, got '{exc.token}'"
-    else:
-        expected = getattr(exc, "expected", None)
-        message = "unexpected end of input" + (f"; expected {_describe_expected(expected)}" if expected else "")
-        line, column = _end_position(text)
-    if line in (None, -1):
-        line, column = 1, 1
-    return error(FileLineColLoc(filename, line + line_offset, column), message)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -1006,14 +361,14 @@ def parse_module(text: str, filename: str = "<stdin>", line_offset: int = 0, res
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        items = _lark_parser().parse(text, start="start")
+        items = lark_parser().parse(text, start="start")
         if isinstance(items, lark.Tree):
             items = items.children
         builder = _IRBuilder(filename, line_offset)
         builder.resource_path = resource_file
         return builder.module(list(items))
     except lark.exceptions.UnexpectedInput as exc:
-        raise _syntax_error(exc, text, filename, line_offset) from None
+        raise syntax_error(exc, text, filename, line_offset) from None
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -1030,3 +385,16 @@ def split_input(text: str) -> list[tuple[str, int]]:
             current.append(line)
     chunks.append(("\n".join(current), start))
     return chunks
+
+
+def clear_memo_tables() -> None:
+    """Forget the spellings read so far (signatures, attribute dictionaries,
+    type tokens), so that a benchmark measures a cold parse."""
+    _signatures.clear()
+    _attribute_dicts.clear()
+    clear_type_cache = getattr(parse_type_token, "cache_clear", None)
+    if clear_type_cache is not None:
+        clear_type_cache()
+
+
+__all__ = ["clear_memo_tables", "parse_module", "registered_op", "set_grammar_cache", "split_input"]
