@@ -127,9 +127,9 @@ def test_fusecc_run_defaults_to_the_cpu_without_a_gpu(monkeypatch, tmp_path, cap
     ran = []
 
     class Recording(CpuTarget):
-        def run(self, *args):
+        def prepare(self, *args):
             ran.append(self.name)
-            return super().run(*args)
+            return super().prepare(*args)
 
     monkeypatch.setitem(targets._TARGETS, "cpu", Recording)
     program = tmp_path / "chain.ir"
