@@ -20,7 +20,6 @@ generated source of one kernel (`kernel_source`).
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass
 
 from fusecc.compiler.diagnostics import DiagnosticEngine
@@ -191,13 +190,12 @@ def report(module: Operation, target: str, as_json: bool = False, engine: Diagno
     return json.dumps(data, indent=2) + "\n" if as_json else format_report(data)
 
 
-def explain(module: Operation, target: str, engine: DiagnosticEngine) -> int:
-    """Print every fusion decision as a remark on stdout, then a summary."""
-    engine.stream = sys.stdout
+def explain(module: Operation, target: str, engine: DiagnosticEngine) -> str:
+    """Report every fusion decision as a remark through `engine` (the tool
+    points it at stdout); returns the summary line that follows them."""
     _, before, result = _fuse(module, target, engine)
     result.emit_remarks(engine)
-    print(f"{before.kernels} ops in {len(result.groups)} groups on {target}")
-    return 0
+    return f"{before.kernels} ops in {len(result.groups)} groups on {target}\n"
 
 
 # --------------------------------------------------------------------------- generated source

@@ -227,7 +227,9 @@ def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
     p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
     args = p.parse_args(argv)
     module = load(args.input, engine, args)
-    return reporting.explain(module, args.target, engine)
+    engine.stream = sys.stdout  # the remarks are this command's output
+    write_output(None, reporting.explain(module, args.target, engine))
+    return 0
 
 
 def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
