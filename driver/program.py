@@ -58,8 +58,8 @@ class _Signature:
     result_names: list[str]
 
 
-def _load(model, engine: DiagnosticEngine, shapes) -> Operation:
-    from fusecc.driver.frontend import load_program
+def _load(model, engine: DiagnosticEngine, shapes, resources) -> Operation:
+    from fusecc.driver.frontend import is_onnx, load_program, read_source
 
     if isinstance(model, Operation):
         if shapes:
@@ -71,7 +71,17 @@ def _load(model, engine: DiagnosticEngine, shapes) -> Operation:
         return module
     if not isinstance(model, (str, os.PathLike)):
         raise UsageError(f"fusecc.compile takes a path (.ir or .onnx) or a Module, not {type(model).__name__}")
-    return load_program(os.fspath(model), engine, shapes=dict(shapes or {}))
+    path = os.fspath(model)
+    if resources is None or is_onnx(path):
+        return load_program(path, engine, shapes=dict(shapes or {}))
+    from fusecc.compiler.parser import parse_module
+    from fusecc.compiler.verifier import verify
+
+    text, filename = read_source(path)
+    engine.sources.add(filename, text)
+    module = parse_module(text, filename, resource_file=os.fspath(resources))  # the caller's file: anywhere
+    verify(module)
+    return module
 
 
 def _entry(module: Operation, requested: str | None) -> Operation:
@@ -107,8 +117,9 @@ class Program:
         self._threads = options.pop("threads", None)
         self._hardware = options.pop("hardware", None) or {"cpu": "cpu", "reference": "cpu"}.get(target, "h200")
         entry = options.pop("entry", None)
+        resources = options.pop("resources", None)
         if options:
-            raise UsageError(f"unknown option{'s' * (len(options) > 1)} {', '.join(sorted(options))}; known: entry, threads, hardware, lossy")
+            raise UsageError(f"unknown option{'s' * (len(options) > 1)} {', '.join(sorted(options))}; known: entry, threads, hardware, lossy, resources")
         if target not in TARGETS:
             raise UsageError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
         self.stats = Stats()
@@ -117,7 +128,7 @@ class Program:
         self._loop_module: Operation | None = None
         with self._located():
             start = time.perf_counter()
-            self.module = _load(model, self._engine, shapes)
+            self.module = _load(model, self._engine, shapes, resources)
             self.stats.phases["load"] = time.perf_counter() - start
             func = _entry(self.module, entry)
             self.entry = func.sym_name
@@ -280,7 +291,9 @@ def compile(model, target: str = "cpu", shapes: Mapping[str, tuple[int, ...]] | 
     ("cpu", "cuda" or "reference"). `shapes` fixes an ONNX model's symbolic
     input dims ({"input_ids": (1, 128)}). `options`: entry (function name),
     threads (CPU), hardware (the fusion cost model: cpu, h200, a100),
-    lossy ("warn", "error" or "allow": inputs whose conversion changes values)."""
+    lossy ("warn", "error" or "allow": inputs whose conversion changes values),
+    resources (the file behind a .ir's `dense_resource`s, instead of the one
+    the module names; it may lie outside the model's folder)."""
     return Program(model, target, shapes, options)
 
 

@@ -44,6 +44,7 @@ from fusecc.dialects.fusion import GroupOp, YieldOp
 
 from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, LoweredGroup, memref_for
 from fusecc.passes.lowering.scalar_emitter import LoweringError
+from fusecc.passes.lowering.share_kernels import structural_key
 from fusecc.passes.tiling.geometry import REGISTERS, SHARED_MEMORY
 
 # The tiler's estimates, kept on every kernel of the group (benchmarks/register_estimates.py
@@ -118,6 +119,7 @@ class FunctionLowering:
         self.buffers: dict[Value, Value] = dict(zip(func.arguments, self.schedule.input_args))
         self.reshapes: dict[Value, Value] = {}
         self.kernels: list[loop.KernelOp] = []
+        self.lowered: dict[tuple, LoweredGroup] = {}  # by the group's structure
         self.arena = 0
 
     # --- buffers ---------------------------------------------------------------
@@ -182,10 +184,16 @@ class FunctionLowering:
         fn = TEMPLATES.get(kind)
         if fn is None:
             raise RuntimeError(f"no kernel template for group {group.attr('id')} of kind '{kind}' at {group.location} (registered: {', '.join(sorted(TEMPLATES))})")
-        try:
-            lowered: LoweredGroup = fn(group, self.hw)
-        except LoweringError as exc:
-            raise error(group.location, f"cannot lower group {group.attr('id')} ({kind}): {exc}") from None
+        # A group identical to one lowered before (the same layer again)
+        # launches that group's kernels: templates see only the group.
+        key = structural_key(group, ("id",))
+        lowered = self.lowered.get(key)
+        first = lowered is None
+        if first:
+            try:
+                lowered = self.lowered[key] = fn(group, self.hw)
+            except LoweringError as exc:
+                raise error(group.location, f"cannot lower group {group.attr('id')} ({kind}): {exc}") from None
         outputs = self.schedule.output_args
         for result in group.results:
             home = homes.get(result)
@@ -199,12 +207,13 @@ class FunctionLowering:
                         scratch.append(self.arena_buffer(lowered.scratch[len(scratch)], "scratch"))
             args = [self.arg(group, ref, scratch) for ref in launch.args]
             kernel = launch.kernel
-            name_arguments(kernel, group, launch.args)
-            kernel.attributes["sym_name"] = A.StringAttr(self.names.claim(kernel.sym_name))
-            for estimate in ESTIMATES:  # what fusion and tiling assumed this kernel needs
-                if estimate in group.attributes:
-                    kernel.attributes[estimate] = group.attributes[estimate]
-            self.kernels.append(kernel)
+            if first:
+                name_arguments(kernel, group, launch.args)
+                kernel.attributes["sym_name"] = A.StringAttr(self.names.claim(kernel.sym_name))
+                for estimate in ESTIMATES:  # what fusion and tiling assumed this kernel needs
+                    if estimate in group.attributes:
+                        kernel.attributes[estimate] = group.attributes[estimate]
+                self.kernels.append(kernel)
             self.b.create(loop.LaunchOp, args, {"kernel": A.SymbolRefAttr(kernel.sym_name)})
 
     def arg(self, group: GroupOp, ref: ArgRef, scratch: list[Value]) -> Value:

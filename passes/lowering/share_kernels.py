@@ -7,9 +7,9 @@ layers). This pass keeps the first kernel of each body and points every
 function and kernels.cu holds one CUDA function per distinct body: compile
 time grows with the distinct kernels, not with the layers.
 
-Two kernels are identical when their printed forms are, apart from the
-symbol and the `group` attribute (values are numbered from zero inside
-each kernel, so equal bodies print equally). Backends that specialise a
+Two kernels are identical when their bodies are, op by op (operands as
+numbers in order of definition, attributes bit for bit: 0.0 and -0.0
+differ), and so are their attributes apart from the symbol and `group`. Backends that specialise a
 kernel on its launches (the LLVM emitter's alias and alignment facts)
 already merge the facts of all launches of one kernel.
 """
@@ -19,30 +19,47 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.ir import Operation
+from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
-from fusecc.compiler.printer import print_op
 from fusecc.dialects import loop
+from fusecc.passes.transforms.cse import attribute_key
 
 # Attributes that name a kernel's origin, not what it computes.
 IDENTITY_ATTRIBUTES = ("sym_name", "group")
 
 
-def body_key(kernel: loop.KernelOp) -> str:
-    """The kernel's text without the attributes that only identify it."""
-    original = dict(kernel.attributes)
-    for name in IDENTITY_ATTRIBUTES:
-        kernel.attributes.pop(name, None)
-    try:
-        return print_op(kernel)
-    finally:
-        kernel.attributes.clear()
-        kernel.attributes.update(original)  # in its order: the printer keeps it
+def structural_key(op: Operation, ignored: tuple[str, ...] = IDENTITY_ATTRIBUTES) -> tuple:
+    """`op`'s structure without the `ignored` attributes: its attributes
+    (floats and dense elements bit for bit: 0.0 and -0.0 differ), and its
+    regions op by op, operands as numbers in order of definition, so equal
+    bodies give equal keys; a value from outside `op` stands for itself."""
+    numbers: dict[Value, int] = {}
+
+    def region_key(region) -> tuple:
+        blocks = []
+        for block in region.blocks:
+            for arg in block.args:
+                numbers[arg] = len(numbers)
+            ops = []
+            for inner in block:
+                ops.append((inner.name, tuple(numbers.get(v, v) for v in inner.operands), attribute_key(inner.attributes),
+                            tuple(inner.result_types), tuple(region_key(r) for r in inner.regions)))
+                for result in inner.results:
+                    numbers[result] = len(numbers)
+            blocks.append((tuple(a.type for a in block.args), tuple(ops)))
+        return tuple(blocks)
+
+    own = {name: value for name, value in op.attributes.items() if name not in ignored}
+    return (op.name, tuple(v.type for v in op.operands), tuple(op.result_types), attribute_key(own), tuple(region_key(r) for r in op.regions))
+
+
+def body_key(kernel: loop.KernelOp) -> tuple:
+    return structural_key(kernel)
 
 
 def share_identical_kernels(module: Operation) -> dict[str, str]:
     """Merge identical `loop.kernel`s of `module`; returns {removed: kept}."""
-    kept_by_key: dict[str, str] = {}
+    kept_by_key: dict[tuple, str] = {}
     replaced: dict[str, str] = {}
     for kernel in [op for op in module.body if isinstance(op, loop.KernelOp)]:
         key = body_key(kernel)

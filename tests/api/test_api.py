@@ -172,3 +172,23 @@ def test_onnx_models_compile_by_path_with_shapes_and_named_outputs(tmp_path):
     onnx.save(helper.make_model(bad, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "bad.onnx"))
     with pytest.raises(Exception, match="node 'odd_node' \\(NoSuchOp\\)"):
         fusecc.compile(tmp_path / "bad.onnx")
+
+
+def test_an_explicit_resource_file_may_lie_outside_the_model_folder(tmp_path):
+    import safetensors.numpy
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "weights").mkdir()
+    safetensors.numpy.save_file({"w": W}, str(tmp_path / "weights" / "w.safetensors"))
+    model = tmp_path / "model" / "m.ir"
+    model.write_text(
+        'module attributes {fusecc.resources = "../weights/w.safetensors"} {\n'
+        "  func.func @main(%x: tensor<4x8xf32>) -> tensor<4x3xf32> {\n"
+        "    %w = tensor.constant {value = dense_resource<w> : tensor<8x3xf32>} : () -> tensor<8x3xf32>\n"
+        "    %y = tensor.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>\n"
+        "    func.return %y : tensor<4x3xf32>\n  }\n}\n"
+    )
+    with pytest.raises(fusecc.CompileError, match=r"m.ir:1:20: error: resource file '\.\./weights/w.safetensors' climbs out"):
+        fusecc.compile(model, target="reference")
+    prog = fusecc.compile(model, target="reference", options={"resources": tmp_path / "weights" / "w.safetensors"})
+    np.testing.assert_allclose(prog(x=X)["result0"], X @ W, rtol=1e-5)

@@ -1,4 +1,6 @@
-"""`share-kernels`: identical layers compile once, on the CPU and in kernels.cu.
+"""Identical layers compile once, on the CPU and in kernels.cu: lower-to-loops
+lowers a repeated fusion group once, and `share-kernels` merges identical
+loop kernels.
 
 Counts, not times: a 2-layer encoder has exactly the distinct kernels of a
 1-layer one, each defined once in the LLVM module and in the CUDA source,
@@ -30,12 +32,10 @@ def encoder_layers():
     return module
 
 
-def lowered(text: str, target: str, share: bool = True):
+def lowered(text: str, target: str):
     module = parse_module(text)
     verify(module)
     pipeline = pipeline_for_level("loop", target=target)
-    if not share:
-        pipeline = pipeline.replace(",share-kernels", "")
     run_pipeline(parse_pipeline(pipeline), module, PassContext(target=target))
     verify(module)
     return module
@@ -61,8 +61,6 @@ def test_two_layers_compile_the_kernels_of_one(encoders, target):
     assert two_kernels == one_kernels
     assert len(two_launches) == 2 * len(one_launches)
     assert set(two_launches) == set(two_kernels)
-    unshared_kernels, _ = kernels_and_launches(lowered(encoders[2], target, share=False))
-    assert len(unshared_kernels) == len(two_launches) - two_launches.count("copy")  # without the pass: one per launch
     if target == "cpu":
         from fusecc.passes.backends.llvm.emit import emit_llvm
 
@@ -93,19 +91,23 @@ def test_the_manifest_launches_the_shared_function(encoders):
 
 
 def test_kernels_that_differ_stay_apart():
-    text = """\
-func.func @main(%x: tensor<4x8xf32>, %y: tensor<8x4xf32>) -> (tensor<4x8xf32>, tensor<8x4xf32>) {
-  %a = tensor.tanh %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
-  %b = tensor.tanh %y : (tensor<8x4xf32>) -> tensor<8x4xf32>
-  %c = tensor.exp %a : (tensor<4x8xf32>) -> tensor<4x8xf32>
-  %d = tensor.exp %c : (tensor<4x8xf32>) -> tensor<4x8xf32>
-  func.return %d, %b : tensor<4x8xf32>, tensor<8x4xf32>
-}
-"""
-    module = parse_module(text)
-    run_pipeline(parse_pipeline("lower-to-loops{target=cpu},plan-memory"), module, PassContext(target="cpu"))  # unfused: one kernel per op
-    assert share_identical_kernels(module) == {"fused_3_elementwise": "fused_2_elementwise"}  # the two exps of 4x8
+    """Kernels written at the loop level (no groups): only the one that
+    differs in name and group id alone is merged; -0.0 is not 0.0."""
+    module = parse_module((ROOT / "tests" / "filecheck" / "passes" / "lowering" / "share_kernels.ir").read_text())
+    assert share_identical_kernels(module) == {"tanh_again": "tanh"}
     verify(module)
+    assert [op.sym_name for op in module.body if isinstance(op, loop.KernelOp)] == ["tanh", "exp", "tanh_negzero"]
+
+
+def test_lowering_reuses_the_kernels_of_an_identical_group(encoders):
+    """lower-to-loops lowers a repeated group once (share-kernels then has
+    nothing left to merge in an encoder)."""
+    module = parse_module(encoders[2])
+    pipeline = pipeline_for_level("loop", target="cpu").replace(",share-kernels", "")
+    run_pipeline(parse_pipeline(pipeline), module, PassContext(target="cpu"))
+    kernels, launches = kernels_and_launches(module)
+    assert len(kernels) == len(set(launches)) < len(launches)
+    assert share_identical_kernels(module) == {}
 
 
 def test_a_shared_encoder_runs_like_the_reference(encoders):
