@@ -166,10 +166,20 @@ class SourceManager:
         return lines[line - 1]
 
 
+def location_label(location: Location) -> str:
+    """A location without a file position, as text: the names it carries
+    (an imported model's node names), else `<unknown>`."""
+    if isinstance(location, NameLoc):
+        return location.name
+    if isinstance(location, FusedLoc):
+        return ", ".join(location_label(part) for part in location.locations)
+    return "<unknown>"
+
+
 def render(diagnostic: Diagnostic, sources: SourceManager | None = None) -> str:
     position = diagnostic.location.file_line_col()
     if position is None:
-        head = f"<unknown>: {diagnostic.severity.value}: {diagnostic.message}"
+        head = f"{location_label(diagnostic.location)}: {diagnostic.severity.value}: {diagnostic.message}"
         parts = [head]
     else:
         parts = [f"{position.file}:{position.line}:{position.col}: {diagnostic.severity.value}: {diagnostic.message}"]

@@ -64,3 +64,10 @@ def test_an_onnx_model_without_shapes_is_a_usage_error(tmp_path, capsys):
     assert "is not NAME=DIMS" in capsys.readouterr().err
     assert fusecc_main(["import", str(tmp_path / "nothing.onnx"), "-o", str(tmp_path / "x.ir")]) == 1
     assert "could not open model" in capsys.readouterr().err
+
+
+def test_remarks_name_the_model_nodes(tmp_path, capsys):
+    model = small_mlp(tmp_path)
+    assert fusecc_main(["explain", str(model), "--shape", "input.1=4x16", "--target", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "/act/Relu: remark: fused into group" in out and "<unknown>" not in out
