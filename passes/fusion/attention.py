@@ -25,7 +25,8 @@ from fusecc.compiler.traits import Contraction, Injective
 from fusecc.dialects import tensor as T
 
 from fusecc.passes.fusion import cost_model as cm
-from fusecc.passes.fusion.partition import FORBID, FORCE, FusionLog, Partition, flag
+from fusecc.passes.fusion.log import FusionLog
+from fusecc.passes.fusion.partition import FORBID, FORCE, Partition, flag
 
 
 def _single_user(value: Value) -> Operation | None:

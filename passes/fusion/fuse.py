@@ -104,7 +104,9 @@ from fusecc.passes.fusion.attention import plan_attention, raise_attention
 from fusecc.passes.fusion.elementwise import plan_elementwise
 from fusecc.passes.fusion.horizontal import plan_horizontal
 from fusecc.passes.fusion.matmul import merge_prologues, plan_matmul
-from fusecc.passes.fusion.partition import FusionLog, Partition, flatten_groups, materialize, value_names
+from fusecc.passes.fusion.log import FusionLog, value_names
+from fusecc.passes.fusion.materialize import flatten_groups, materialize
+from fusecc.passes.fusion.partition import Partition
 from fusecc.passes.fusion.reduction import plan_reductions
 from fusecc.passes.fusion.siblings import merge_sibling_matmuls
 

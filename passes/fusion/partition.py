@@ -14,26 +14,21 @@ cycle):
 * horizontal merges (independent clusters) happen last, between clusters at
   the same depth of the cluster graph, which cannot depend on each other.
 
-Every refusal is logged with its reason; `FusionLog.emit` turns the log and
-the final groups into remarks.
+Every refusal is logged with its reason (`log.py`); `materialize.py` turns
+the final partition into groups.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.diagnostics import Location, fuse_locations
-from fusecc.passes.backends.hardware import Hardware
-from fusecc.compiler.ir import Block, Operation, Region, Value
-from fusecc.compiler.printer import Printer
+from fusecc.compiler.ir import Block, Operation
 from fusecc.compiler.traits import FUSION_CLASSES, ConstantLike, Elementwise, Injective, Terminator
-from fusecc.dialects.fusion import GroupOp, YieldOp
-
+from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.fusion import cost_model as cm
-from fusecc.passes.tiling.parts import component_kinds
+from fusecc.passes.fusion.log import FusionLog, article
 
 # Kinds whose growth by an elementwise op changes only registers and op count.
 QUICK_KINDS = ("elementwise", "injective", "matmul")
@@ -56,112 +51,6 @@ def is_fusable(op: Operation) -> bool:
 
 def is_elementwise_like(op: Operation) -> bool:
     return op.has_trait(Elementwise) or op.has_trait(Injective)
-
-
-def article(word: str) -> str:
-    return "an" if word[:1] in "aeiou" else "a"
-
-
-def value_names(func: Operation) -> dict[Value, str]:
-    """The names the printer gives the function's values (`%x`, `%7`), so that
-    remarks name ops the way the user sees them."""
-    printer = Printer()
-    printer.print_func_func(func, 0)
-    return {value: "%" + name for value, name in printer.names.names.items()}
-
-
-# --------------------------------------------------------------------------- the log
-
-
-@dataclass
-class Refusal:
-    op: Operation
-    partner: Operation | None
-    reason: str
-    structural: bool  # the ops' kinds cannot share a group (not a cost decision)
-    partner_feeds_op: bool  # dataflow goes partner -> op (else op -> partner)
-
-
-class FusionLog:
-    """Decisions of one pass run, kept until group numbers are known."""
-
-    def __init__(self, hardware: Hardware):
-        self.hardware = hardware
-        self.names: dict[Value, str] = {}
-        self.refusals: list[Refusal] = []
-        self._seen: set[tuple] = set()
-        # (location, text with {group} and {kind} placeholders, op whose group fills them)
-        self.notes: list[tuple[Location, str, Operation | None]] = []
-        self.duplicated: dict[Operation, Operation] = {}  # clone -> original
-        self.created: set[Operation] = set()  # made by a rewrite; notes explain them
-
-    def name(self, op: Operation | None) -> str:
-        """`%7` as the user wrote it, or a description of an op a rewrite made."""
-        if op is None:
-            return "?"
-        if op.results and op.results[0] in self.names:
-            return self.names[op.results[0]]
-        position = op.location.file_line_col()
-        return f"the {op.name} at line {position.line}" if position else f"a {op.name}"
-
-    def refuse(self, op: Operation, partner: Operation | None, reason: str, structural: bool = False) -> None:
-        key = (op, partner, reason)
-        if key not in self._seen:
-            self._seen.add(key)
-            feeds = partner is not None and any(v.defining_op is partner for v in op.operands)
-            self.refusals.append(Refusal(op, partner, reason, structural, feeds))
-
-    def note(self, location: Location, text: str, op: Operation | None = None) -> None:
-        self.notes.append((location, text, op))
-
-    def emit(self, diagnostics, groups: list[GroupOp]) -> None:
-        """Remarks for every decision, in source order."""
-        where: dict[Operation, GroupOp] = {}
-        for group in groups:
-            for op in group.body_ops():
-                where[op] = group
-        remarks: list[tuple[Location, str]] = []
-
-        def label(group: GroupOp | None) -> str:
-            return f"group {group.attr('id')} ({group.attr('kind')})" if group is not None else "no group"
-
-        for location, text, op in self.notes:
-            remarks.append((location, text.format(group=label(where.get(op)))))
-        refused = set()
-        for r in self.refusals:
-            refused.add(r.op)
-            remarks.append((r.op.location, f"not fused with {self.name(r.partner)}: {r.reason}"))
-        for group in groups:
-            body = group.body_ops()
-            yielded = set(group.yield_op.operands)
-            computing = [op for op in body if not op.has_trait(ConstantLike)]
-            for op in computing:
-                if op in self.duplicated or op in self.created:
-                    continue
-                if len(computing) == 1:
-                    text = f"alone in {label(group)}"
-                    if op not in refused:
-                        text += ": no fusible producer or consumer"
-                    remarks.append((op.location, text))
-                    continue
-                saved = 0
-                for r in op.results:
-                    inside = sum(1 for u in r.users if u.parent is group.body and u is not group.yield_op)
-                    saved += cm.byte_size(r) * ((0 if r in yielded else 1) + inside)
-                text = f"fused into {label(group)}"
-                if saved:
-                    text += f": saves {cm.format_bytes(saved)} of memory traffic"
-                remarks.append((op.location, text))
-            for clone, original in self.duplicated.items():
-                if where.get(clone) is group:
-                    remarks.append((original.location, f"duplicated into {label(group)}: recomputing it is cheaper than storing it"))
-        for location, text in sorted(remarks, key=lambda item: _sort_key(item[0])):
-            diagnostics.remark(location, text)
-
-
-def _sort_key(location: Location):
-    position = location.file_line_col()
-    return (0, position.file, position.line, position.col) if position else (1, "", 0, 0)
 
 
 # --------------------------------------------------------------------------- clusters
@@ -187,7 +76,7 @@ class Cluster:
         return f"<cluster {self.kind} {[op.name for op in self.ops]}>"
 
 
-def _natural_kind(op: Operation) -> str:
+def natural_kind(op: Operation) -> str:
     return cm.infer_kind([op])
 
 
@@ -419,28 +308,7 @@ class Partition:
         return depth
 
 
-# --------------------------------------------------------------------------- groups in and out
-
-
-def flatten_groups(block: Block) -> list[tuple[str, list[Operation]]]:
-    """Inline every top-level `fusion.group` back into `block`.
-
-    Returns (kind, ops) for each former group so that it can be planned as a
-    cluster and materialised again."""
-    former = []
-    for group in [op for op in block if isinstance(op, GroupOp)]:
-        mapping: dict[Value, Value] = dict(zip(group.body.args, group.operands))
-        ops = []
-        for op in group.body_ops():
-            clone = op.clone(mapping)
-            block.insert_before(clone, group)
-            if is_fusable(clone):
-                ops.append(clone)
-        for result, value in zip(group.results, group.yield_op.operands):
-            result.replace_all_uses_with(mapping.get(value, value))
-        group.erase()
-        former.append((group.attr("kind"), ops))
-    return former
+# --------------------------------------------------------------------------- the cluster graph
 
 
 def unit_graph(partition: Partition, chosen: set[Cluster]) -> tuple[list[object], dict[object, set[object]]]:
@@ -480,80 +348,3 @@ def unit_graph(partition: Partition, chosen: set[Cluster]) -> tuple[list[object]
     if len(order) != len(unit_ops):
         raise RuntimeError("fusion produced a cycle between groups")
     return order, predecessors
-
-
-def materialize(partition: Partition, group_everything: bool, first_id: int) -> list[GroupOp]:
-    """Rebuild the block: constants first, then every chosen cluster as a
-    `fusion.group` (and other ops as they are) in dependence order. With
-    `group_everything`, every fusable op ends up in a group."""
-    block = partition.block
-    if group_everything:
-        for op in partition.ops():
-            if op not in partition.cluster_of:
-                partition.new_cluster([op], _natural_kind(op))
-    chosen = {c for c in partition.clusters if group_everything or c.fixed or len(c.ops) > 1 or c.kind in ("attention", "horizontal")}
-    order, _ = unit_graph(partition, chosen)
-    terminator = block.last_op if block.last_op is not None and block.last_op.has_trait(Terminator) else None
-    constants = [op for op in block if op.has_trait(ConstantLike)]
-    for op in list(block):
-        if op is not terminator:
-            op.detach()
-    for op in constants:
-        _insert(block, op, terminator)
-    groups = []
-    for unit in order:
-        if isinstance(unit, Cluster):
-            group = _build_group(partition, unit, first_id + len(groups))
-            groups.append(group)
-            _insert(block, group, terminator)
-        else:
-            _insert(block, unit, terminator)
-    for op in constants:
-        if not any(r.has_uses() for r in op.results):
-            op.erase()
-    return groups
-
-
-def _insert(block: Block, op: Operation, terminator: Operation | None) -> None:
-    if terminator is None:
-        block.append(op)
-    else:
-        block.insert_before(op, terminator)
-
-
-def _build_group(partition: Partition, cluster: Cluster, group_id: int) -> GroupOp:
-    ops = partition.sorted_ops(cluster)
-    members = set(ops)
-    body = Block()
-    arguments: dict[Value, Value] = {}
-    splats: dict[Value, Value] = {}
-    for op in ops:
-        body.append(op)
-        for index, value in enumerate(op.operands):
-            producer = value.defining_op
-            if producer in members:
-                continue
-            if cm.is_splat_constant(value):
-                local = splats.get(value)
-                if local is None:
-                    clone = producer.clone({})
-                    if body.first_op is None:
-                        body.append(clone)
-                    else:
-                        body.insert_before(clone, body.first_op)
-                    local = splats[value] = clone.results[0]
-            else:
-                local = arguments.get(value)
-                if local is None:
-                    local = arguments[value] = body.add_argument(value.type)
-            op.set_operand(index, local)
-    outputs = [r for op in ops for r in op.results if any(user.parent is not body for user in r.users)]
-    terminator = YieldOp.create(outputs, result_types=[])
-    body.append(terminator)
-    attributes: dict[str, A.Attribute] = {"kind": A.StringAttr(cluster.kind), "id": A.IntegerAttr(group_id)}
-    if cluster.kind == "horizontal":
-        attributes[PARTS] = A.ArrayAttr(tuple(A.StringAttr(k) for k in component_kinds(body)))
-    group = GroupOp(list(arguments), [r.type for r in outputs], attributes, [Region([body])], fuse_locations(op.location for op in ops))
-    for result, new in zip(outputs, group.results):
-        result.replace_uses_where(new, lambda user: user.parent is not body)
-    return group

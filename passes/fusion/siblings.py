@@ -29,7 +29,8 @@ from fusecc.compiler.traits import Contraction, Elementwise, Terminator
 from fusecc.dialects import tensor as T
 
 from fusecc.passes.fusion import cost_model as cm
-from fusecc.passes.fusion.partition import FORBID, FORCE, FusionLog, flag
+from fusecc.passes.fusion.log import FusionLog
+from fusecc.passes.fusion.partition import FORBID, FORCE, flag
 
 
 def _is_column(value: Value, width: int, rank: int) -> bool:
