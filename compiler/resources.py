@@ -212,15 +212,17 @@ def write_safetensors(arrays: dict[str, tuple[np.ndarray, object]], path: str | 
     serialize_file(specs, str(path), None)
 
 
-def save_module(module, path: str | os.PathLike, resources: str | os.PathLike | None = None, externalize_bytes: int | None = 1024) -> Path | None:
+def save_module(
+    module, path: str | os.PathLike, resources: str | os.PathLike | None = None, externalize_bytes: int | None = 1024, debuginfo: bool = False
+) -> Path | None:
     """Write `module` as text to `path` and its resources to a safetensors
     file beside it (default: `path` with the suffix .safetensors).
 
     Dense constants of more than `externalize_bytes` bytes (None: none)
     become resources too, named after their op's result. The module's
     `fusecc.resources` names the file relative to `path`'s folder; the
-    module is updated in place. Returns the resource file, or None when
-    nothing needed one.
+    module is updated in place. `debuginfo` prints the ops' locations.
+    Returns the resource file, or None when nothing needed one.
     """
     from fusecc.compiler.printer import print_op
 
@@ -261,7 +263,7 @@ def save_module(module, path: str | os.PathLike, resources: str | os.PathLike | 
                     op.attributes[key] = written.attribute(value.name, value.type)
         relative = os.path.relpath(blob_path.resolve(), path.resolve().parent)
         module.attributes[RESOURCES_ATTR] = A.StringAttr(relative)
-    path.write_text(print_op(module), encoding="utf-8")
+    path.write_text(print_op(module, debuginfo=debuginfo), encoding="utf-8")
     return blob_path if tensors else None
 
 

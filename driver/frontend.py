@@ -124,6 +124,7 @@ def save_imported(module: Operation, path: str, weights: str | None = None, inli
     from fusecc.compiler.resources import save_module
 
     try:
-        save_module(module, path, weights, externalize_bytes=None if inline else 1024)
+        # With locations: the .ir keeps each op's ONNX node name.
+        save_module(module, path, weights, externalize_bytes=None if inline else 1024, debuginfo=True)
     except OSError as exc:
         raise UsageError(f"could not write '{exc.filename or path}': {exc.strerror}") from None

@@ -31,6 +31,7 @@ def test_import_writes_ir_and_weights_that_run_like_the_model(tmp_path, capsys):
     text = out.read_text()
     assert "dense_resource<w>" in text and (tmp_path / "mlp.safetensors").exists()
     assert 'onnx.inputs = ["input.1"]' in text and 'onnx.outputs = ["hidden::0", "total"]' in text
+    assert 'tensor.matmul %input.1, %w : (tensor<3x16xf32>, tensor<16x32xf32>) -> tensor<3x32xf32> loc("/fc/MatMul")' in text
     parse_module(text, str(out))
     x = rng.standard_normal((3, 16)).astype(np.float32)
     np.savez(tmp_path / "in.npz", **{"input.1": x})
