@@ -194,3 +194,12 @@ def test_bfloat16_weights_become_bf16_constants(tmp_path):
     module = import_onnx(str(path)).module
     assert "dense<[1.5, -2.0]> : tensor<2xbf16>" in print_op(module)
     np.testing.assert_array_equal(evaluate(module, "main", [np.array([1.0, 1.0], np.float32)])[0], [2.5, -1.0])
+
+
+def test_without_the_onnx_package_the_error_says_how_to_get_it(tmp_path, monkeypatch):
+    import sys
+
+    path = save(tmp_path, [node("Relu", ["x"], ["y"])], [value("x", FLOAT, [2])], [value("y", FLOAT, [2])])
+    monkeypatch.setitem(sys.modules, "onnx", None)  # what `import onnx` meets when it is not installed
+    with pytest.raises(ModelError, match=r"needs the 'onnx' package: pip install 'fusecc\[onnx\]'"):
+        import_onnx(str(path))
