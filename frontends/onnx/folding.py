@@ -280,3 +280,23 @@ def fold_cast(cx, node, args):
 
     dtype = helper.tensor_dtype_to_np_dtype(node.attr("to"))
     return [args[0].astype(dtype)]
+
+
+# Ops that only fold: exporters compute rotary tables (Sin, Cos of a Range)
+# and causal masks (Trilu of ones) from shapes; at run time they are refused.
+@folder("Sin", "Cos")
+def fold_trigonometric(cx, node, args):
+    return [(np.sin if node.op_type == "Sin" else np.cos)(args[0]).astype(args[0].dtype)]
+
+
+@folder("Tile")
+def fold_tile(cx, node, args):
+    repeats = [int(r) for r in args[1].reshape(-1)]
+    cx.check_size([d * r for d, r in zip(args[0].shape, repeats)], args[0].dtype)
+    return [np.tile(args[0], repeats)]
+
+
+@folder("Trilu", attrs=("upper",))
+def fold_trilu(cx, node, args):
+    k = int(args[1]) if len(args) > 1 and args[1] is not None else 0
+    return [np.triu(args[0], k) if node.attr("upper", 1) else np.tril(args[0], k)]

@@ -203,3 +203,68 @@ def test_without_the_onnx_package_the_error_says_how_to_get_it(tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "onnx", None)  # what `import onnx` meets when it is not installed
     with pytest.raises(ModelError, match=r"needs the 'onnx' package: pip install 'fusecc\[onnx\]'"):
         import_onnx(str(path))
+
+
+def llama_block(tmp_path, seq: int = 6, dim: int = 8, heads: int = 2):
+    """A decoder block as exporters write it: RMSNorm spelt out (Pow,
+    ReduceMean, Add, Sqrt, Div, Mul), rotary tables from Range/Sin/Cos, a
+    causal mask from Trilu/Where, attention by MatMul/Softmax, a SwiGLU MLP."""
+    head = dim // heads
+    w = {name: rng.standard_normal(shape).astype(np.float32) * 0.3 for name, shape in
+         {"wq": (dim, dim), "wk": (dim, dim), "wv": (dim, dim), "wo": (dim, dim), "w1": (dim, 16), "w3": (dim, 16), "w2": (16, dim)}.items()}
+    inv_freq = (1.0 / 10000 ** (np.arange(0, head, 2) / head)).astype(np.float32)
+    nodes = [
+        node("Pow", ["x", "two"], ["sq"]), node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+        node("Add", ["ms", "eps"], ["mse"]), node("Sqrt", ["mse"], ["rms"]), node("Div", ["x", "rms"], ["normed"]),
+        node("Mul", ["normed", "g"], ["h"]),
+        node("MatMul", ["h", "wq"], ["q2"]), node("MatMul", ["h", "wk"], ["k2"]), node("MatMul", ["h", "wv"], ["v2"]),
+        node("Reshape", ["q2", "heads_shape"], ["q3"]), node("Transpose", ["q3"], ["q"], perm=[1, 0, 2]),
+        node("Reshape", ["k2", "heads_shape"], ["k3"]), node("Transpose", ["k3"], ["k"], perm=[1, 0, 2]),
+        node("Reshape", ["v2", "heads_shape"], ["v3"]), node("Transpose", ["v3"], ["v"], perm=[1, 0, 2]),
+        # rotary: angles = positions x inv_freq, tables folded at import
+        node("Range", ["zero_f", "seq_f", "one_f"], ["pos"]), node("Unsqueeze", ["pos", "axis1"], ["pos2"]),
+        node("Mul", ["pos2", "inv_freq"], ["freqs"]), node("Concat", ["freqs", "freqs"], ["angles"], axis=-1),
+        node("Cos", ["angles"], ["cos"]), node("Sin", ["angles"], ["sin"]),
+        node("Split", ["q", "halves"], ["q_lo", "q_hi"], axis=-1), node("Neg", ["q_hi"], ["q_nhi"]),
+        node("Concat", ["q_nhi", "q_lo"], ["q_rot"], axis=-1),
+        node("Mul", ["q", "cos"], ["qc"]), node("Mul", ["q_rot", "sin"], ["qs"]), node("Add", ["qc", "qs"], ["qr"]),
+        node("Split", ["k", "halves"], ["k_lo", "k_hi"], axis=-1), node("Neg", ["k_hi"], ["k_nhi"]),
+        node("Concat", ["k_nhi", "k_lo"], ["k_rot"], axis=-1),
+        node("Mul", ["k", "cos"], ["kc"]), node("Mul", ["k_rot", "sin"], ["ks"]), node("Add", ["kc", "ks"], ["kr"]),
+        node("Transpose", ["kr"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["qr", "kt"], ["scores"]),
+        node("Div", ["scores", "sqrt_d"], ["scaled"]),
+        node("ConstantOfShape", ["square"], ["ones"], value=initializer("one_bool", np.array([1], np.bool_))),
+        node("Trilu", ["ones"], ["causal"], upper=0),
+        node("Where", ["causal", "scaled", "neg_inf"], ["masked"]), node("Softmax", ["masked"], ["probs"], axis=-1),
+        node("MatMul", ["probs", "v"], ["ctx3"]), node("Transpose", ["ctx3"], ["ctx_t"], perm=[1, 0, 2]),
+        node("Reshape", ["ctx_t", "flat_shape"], ["ctx"]), node("MatMul", ["ctx", "wo"], ["attn"]),
+        node("Add", ["x", "attn"], ["res"]),
+        node("MatMul", ["res", "w1"], ["gate"]), node("Sigmoid", ["gate"], ["sg"]), node("Mul", ["gate", "sg"], ["silu"]),
+        node("MatMul", ["res", "w3"], ["up"]), node("Mul", ["silu", "up"], ["act"]), node("MatMul", ["act", "w2"], ["down"]),
+        node("Add", ["res", "down"], ["y"]),
+    ]
+    consts = {
+        "two": np.array(2.0, np.float32), "eps": np.array(1e-6, np.float32), "g": rng.standard_normal(dim).astype(np.float32),
+        "heads_shape": np.array([seq, heads, head], np.int64), "zero_f": np.array(0.0, np.float32),
+        "seq_f": np.array(float(seq), np.float32), "one_f": np.array(1.0, np.float32), "axis1": np.array([1], np.int64),
+        "inv_freq": inv_freq, "halves": np.array([head // 2, head // 2], np.int64),
+        "sqrt_d": np.array(np.sqrt(head), np.float32), "square": np.array([seq, seq], np.int64),
+        "neg_inf": np.array(-1e9, np.float32), "flat_shape": np.array([seq, dim], np.int64), **w,
+    }
+    inits = [initializer(name, array) for name, array in consts.items()]
+    return save(tmp_path, nodes, [value("x", FLOAT, [seq, dim])], [value("y", FLOAT, None)], inits)
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+def test_a_llama_style_decoder_block_matches_onnxruntime(tmp_path, target):
+    path = llama_block(tmp_path)
+    module = import_onnx(str(path)).module
+    ops = tensor_ops(module)
+    assert "tensor.sin" not in " ".join(ops) and ops.count("tensor.matmul") == 9  # the tables are constants
+    assert_matches_onnxruntime(path, {"x": rng.standard_normal((6, 8)).astype(np.float32)}, target, rtol=1e-4, atol=1e-5)
+
+
+def test_fold_only_ops_refuse_runtime_inputs(tmp_path):
+    path = save(tmp_path, [node("Sin", ["x"], ["y"], name="/rope/Sin")], [value("x", FLOAT, [4])], [value("y", FLOAT, [4])])
+    with pytest.raises(ModelError, match=r"node '/rope/Sin' \(Sin\): its inputs must be known at import time"):
+        import_onnx(str(path))
