@@ -7,6 +7,11 @@ layers hold 113 MB of f32 weights) with its weights in a safetensors file
 beside it, then times parse_module + verify in this process (the parser's
 tables built once first). With --compare-dense, the same model with the
 weights written as dense hex text in the .ir (slow: tens of seconds).
+
+Measured 2026-12-01 on this 2-core machine (shared, loaded):
+
+    4 layers, 113 MB of weights, 22 kB of text: parse + verify median 10 ms (38 ms under load 14)
+    1 layer, 28 MB: 3 ms; the same weights as dense hex text (57 MB of .ir): 100 s
 """
 
 from __future__ import annotations

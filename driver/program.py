@@ -171,12 +171,14 @@ class Program:
             else:
                 self._compiled = CompiledProgram(module, pool=WorkerPool(self._threads))
             self._loop_module = self._compiled.module
+            placed = time.perf_counter()
             self._compiled.prepare(self.entry)  # constants placed and weights packed now, not on the first call
+            self.stats.phases["place constants"] = time.perf_counter() - placed
             self.stats.functions = len(self._compiled.kernels)
         else:
             targets.get("cuda")  # says plainly when there is no GPU
             from fusecc.compiler.pass_manager import PassContext
-            from fusecc.driver.cuda_level import ARCH_HARDWARE, compile_program
+            from fusecc.driver.cuda_target import ARCH_HARDWARE, compile_program
             from fusecc.runtime.cuda.runtime import CudaRuntime
 
             runtime = CudaRuntime()
