@@ -5,7 +5,7 @@ are defined here and nowhere else. Each formula takes `o`, an object with
 the methods below, so that the same text
 
   * computes the reference numbers (`NUMPY`, float32 numpy: the ops'
-    `evaluate`),
+    `evaluate`; `NUMPY64`, the same in float64, checks hand-written kernels),
   * builds primitive tensor ops (`passes/transforms/decompose.py`), which
     therefore give the reference's numbers bit for bit,
   * builds scalar loop IR (`passes/lowering/scalar_emitter.Scalars`: the

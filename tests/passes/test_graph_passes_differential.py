@@ -5,8 +5,8 @@ reference interpreter before and after each pass.
 Exact (bit for bit, signs of zero and NaN positions included, on normal
 inputs and on inputs salted with -0.0, ±inf and NaN): canonicalize, cse,
 dce, inline. decompose is checked within DECOMPOSE_RTOL/ATOL on normal
-inputs; for f32 it is in fact bit-exact on finite inputs, which
-`test_decompose_is_bit_exact` pins for its own golden inputs. A pipeline
+inputs; for f32 it is in fact bit-exact, which `test_decompose_is_bit_exact`
+pins for its own golden inputs, salted ones included. A pipeline
 that leaves a program's text unchanged needs no run.
 """
 
@@ -103,11 +103,14 @@ def test_decompose_keeps_numbers_within_tolerance(case):
 
 @pytest.mark.parametrize("name", [n for n in GOLDEN_CHUNKS if "decompose" in n])
 def test_decompose_is_bit_exact(name):
-    """The decomposition repeats the reference's formulas op by op (in f32)."""
+    """The decomposition builds the op's own formula (dialects/tensor/formulas.py)
+    op by op, which the reference evaluates in f32: bit for bit, on inputs
+    salted with -0.0, ±inf and NaN too (attention's causal mask included)."""
     module = transform(name, "decompose")
-    before, after = original_results(name, None), run_all(module)
-    for function in before:
-        assert_exact(before[function], after[function], f"@{function} after decompose")
+    for special in (None, *range(SPECIAL_VARIANTS)):
+        before, after = original_results(name, special), run_all(module, special=special)
+        for function in before:
+            assert_exact(before[function], after[function], f"@{function} after decompose, inputs {special}")
 
 
 def test_inputs_were_found():
