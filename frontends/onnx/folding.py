@@ -250,6 +250,7 @@ _FOLD_UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Sqrt":
 @folder(*_FOLD_BINARY)
 def fold_binary(cx, node, args):
     a, b = args
+    cx.check_size(broadcast_shape(a.shape, b.shape, cx), np.result_type(a, b))
     with np.errstate(all="ignore"):
         return [np.asarray(_FOLD_BINARY[node.op_type](a, b)).astype(np.result_type(a, b) if node.op_type in ("Add", "Sub", "Mul", "Div") else np.bool_)]
 
@@ -271,6 +272,8 @@ def fold_max_min(cx, node, args):
 
 @folder("Where")
 def fold_where(cx, node, args):
+    shape = broadcast_shape(broadcast_shape(args[0].shape, args[1].shape, cx), args[2].shape, cx)
+    cx.check_size(shape, np.result_type(args[1], args[2]))
     return [np.where(*args)]
 
 

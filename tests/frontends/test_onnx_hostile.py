@@ -137,3 +137,12 @@ def test_a_file_that_is_not_onnx_is_a_plain_error(tmp_path):
     path.write_bytes(b"\x08\x07\xff\xff\xff garbage")
     with pytest.raises(ModelError, match="could not read .* as an ONNX model"):
         import_onnx(str(path))
+
+
+def test_a_broadcast_between_constants_cannot_allocate_past_the_budget(tmp_path):
+    column = initializer("column", np.zeros((1 << 16, 1), np.float32))
+    row = initializer("row", np.zeros((1, 1 << 16), np.float32))
+    nodes = [node("Add", ["column", "row"], ["big"], name="/outer"), node("Add", ["x", "big"], ["y"])]
+    path = save(tmp_path, nodes, [value("x", FLOAT, [1])], [value("y", FLOAT, None)], [column, row])
+    with pytest.raises(ModelError, match=r"node '/outer' \(Add\): would create a \[65536, 65536\] tensor \(17179869184 bytes\)"):
+        import_onnx(str(path), budget=1 << 30)
