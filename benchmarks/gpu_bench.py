@@ -42,7 +42,8 @@ import numpy as np
 
 from fusecc.compiler import parse_module, verify
 from fusecc.passes.backends.hardware import HARDWARE
-from fusecc.driver.cuda_level import build_manifest, lower_to_cuda
+from fusecc.driver.cuda_level import build_manifest
+from fusecc.driver.cuda_target import lower_to_cuda
 from fusecc.runtime.cuda.execute import plan_memory, run_on_cpu
 from fusecc.driver.inputs import random_input_with_shrunk_weights
 

@@ -48,7 +48,7 @@ class Row:
 def kernel_rows(program: str, text: str, arch: str) -> list[Row]:
     """Compile `text` for `arch` and pair each kernel's estimate with ptxas's figures."""
     from fusecc.compiler import parse_module, verify
-    from fusecc.driver.cuda_level import lower_to_cuda
+    from fusecc.driver.cuda_target import lower_to_cuda
     from fusecc.runtime.cuda.resources import resource_usage
 
     module = parse_module(text, f"{program}.ir")

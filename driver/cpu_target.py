@@ -6,7 +6,7 @@ import importlib.util
 
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.driver.pipelines import pipeline_for_level
-from fusecc.driver.targets import Target
+from fusecc.driver.target_base import Target
 
 NO_LLVMLITE = "target 'cpu' needs llvmlite (pip install llvmlite)"
 

@@ -152,61 +152,24 @@ def compile_checked(cuda: CudaSource, filename: str, arch: str, resource_usage: 
         raise InternalCompilerError(where, GeneratedCodeRejected(f"NVRTC rejected the generated CUDA C for {arch}:\n{exc.log}")) from None
 
 
-# --------------------------------------------------------------------------- for `fusecc run --target cuda`
-
-ARCH_HARDWARE = {"sm_80": "a100", "sm_90": "h200"}
-
-
-def lower_to_cuda(module: Operation, arch: str = "sm_90", context=None, filename: str | None = None) -> CudaSource:
-    """The CUDA C of `module` tiled for a GPU of `arch`: the CUDA pipeline
-    first (fuse, tile, lower, plan) unless the module is loop IR already."""
-    from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
-    from fusecc.driver.pipelines import is_loop_level, pipeline_for_level
-
-    if not is_loop_level(module):
-        target = ARCH_HARDWARE.get(arch, "h200")
-        pipeline = parse_pipeline(pipeline_for_level("cuda", target=target, arch=arch))
-        run_pipeline(pipeline, module, context or PassContext(target=target))
-    try:
-        return emit_cuda(module, filename)
-    except EmitError as exc:
-        raise InternalCompilerError(PHASE, exc) from None
-
-
-def compile_program(module: Operation, entry: str | None = None, arch: str = "sm_90", context=None) -> tuple[str, "object"]:
-    """(kernels.cu text, Manifest) of `entry` for a GPU of `arch` (see
-    `lower_to_cuda`). The source is checked with NVRTC, so a rejected
-    kernel is an internal error here."""
-    cuda = lower_to_cuda(module, arch, context)
-    try:
-        manifest = build_manifest(module, cuda, "kernels.cu", arch, entry)
-    except EmitError as exc:
-        raise InternalCompilerError(PHASE, exc) from None
-    compile_checked(cuda, manifest.source, arch)
-    return cuda.text, manifest
-
-
 # --------------------------------------------------------------------------- the driver hook
 
 
-def cuda_level_outputs(module: Operation, options) -> "Emitted":
-    """`fusecc ... [-o kernels.cu]`: the source and, with -o, the manifest
-    beside it, and the resource usage as notes when asked (`EmitOptions`;
-    the driver writes all three)."""
-    from fusecc.driver.pipelines import Emitted
-
-    output, arch = options.output, options.arch
+def cuda_level_outputs(module: Operation, *, arch: str = "sm_90", output: str | None = None, source_name: str | None = None, resource_usage: bool = False) -> tuple[str, dict[str, str], str]:
+    """`fusecc ... [-o kernels.cu]`: (the source, {path: text} of the
+    manifest beside -o, the resource usage as notes when asked); the tools
+    write all three."""
     filename = os.path.basename(output) if output not in (None, "-") else "kernels.cu"
     try:
-        cuda = emit_cuda(module, options.source_name)
+        cuda = emit_cuda(module, source_name)
         manifest = build_manifest(module, cuda, filename, arch) if output not in (None, "-") else None
     except EmitError as exc:
         raise InternalCompilerError(PHASE, exc) from None
-    checked = compile_checked(cuda, filename, arch, resource_usage=options.resource_usage)
+    checked = compile_checked(cuda, filename, arch, resource_usage=resource_usage)
     notes = ""
-    if options.resource_usage:
+    if resource_usage:
         from fusecc.runtime.cuda.resources import format_resource_usage
 
         notes = format_resource_usage(checked, {k.name: k.estimate for k in cuda.kernels if k.estimate})
     beside = {os.path.splitext(output)[0] + ".json": manifest.to_json()} if manifest is not None else {}
-    return Emitted(cuda.text, beside, notes)
+    return cuda.text, beside, notes

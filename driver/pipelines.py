@@ -45,7 +45,8 @@ class Level:
 def _cuda_level(module, options: EmitOptions) -> Emitted:
     from fusecc.driver.cuda_level import cuda_level_outputs
 
-    return cuda_level_outputs(module, options)
+    text, beside, notes = cuda_level_outputs(module, arch=options.arch, output=options.output, source_name=options.source_name, resource_usage=options.resource_usage)
+    return Emitted(text, beside, notes)
 
 
 def is_loop_level(module) -> bool:

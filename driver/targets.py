@@ -6,42 +6,11 @@ machine says so plainly instead of failing deep inside.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
-import numpy as np
+from fusecc.driver.target_base import ReferenceTarget, Target, TargetUnavailable
 
-from fusecc.compiler.diagnostics import DiagnosticEngine
-from fusecc.compiler.ir import Operation
-
-
-class TargetUnavailable(Exception):
-    """The target cannot run here; the message says why and what to use."""
-
-
-class Target:
-    name = ""
-
-    def available(self) -> str | None:
-        """None when usable, else the reason it is not."""
-        return None
-
-    def run(self, module: Operation, entry: str, inputs: Sequence[np.ndarray], engine: DiagnosticEngine) -> list[np.ndarray]:
-        raise NotImplementedError
-
-    def prepare(self, module: Operation, entry: str, engine: DiagnosticEngine) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
-        """Do the work that does not depend on the inputs (compiling) and
-        return the function that runs `entry`, so that `fusecc run` can time
-        the two apart. A target that compiles nothing need not override it."""
-        return lambda inputs: self.run(module, entry, inputs, engine)
-
-
-class ReferenceTarget(Target):
-    name = "reference"
-
-    def run(self, module, entry, inputs, engine):
-        from fusecc.runtime.reference import evaluate
-
-        return evaluate(module, entry, inputs)
+__all__ = ["TARGET_NAMES", "ReferenceTarget", "Target", "TargetUnavailable", "default_target_name", "get", "get_loop_level", "register_target"]
 
 
 def _cuda_target() -> Target:

@@ -10,6 +10,7 @@ violations shows the check can fail.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -51,6 +52,60 @@ def test_every_contract_is_kept(built):
     result = lint(built)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+CYCLES = """
+import json
+import sys
+
+import grimp
+
+sys.setrecursionlimit(10000)
+graph = grimp.build_graph("fusecc", cache_dir=None)
+index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+
+def visit(module):  # Tarjan's strongly connected components
+    index[module] = low[module] = len(index)
+    stack.append(module)
+    on_stack.add(module)
+    for imported in graph.find_modules_directly_imported_by(module):
+        if imported not in index:
+            visit(imported)
+            low[module] = min(low[module], low[imported])
+        elif imported in on_stack:
+            low[module] = min(low[module], index[imported])
+    if low[module] == index[module]:
+        component = set()
+        while module not in component:
+            component.add(stack.pop())
+        on_stack.difference_update(component)
+        if len(component) > 1:
+            cycles.append(sorted(component))
+
+
+for module in sorted(graph.modules):
+    if module not in index:
+        visit(module)
+print(json.dumps(cycles))
+"""
+
+
+def import_cycles(lib: pathlib.Path) -> list[list[str]]:
+    env = dict(os.environ, PYTHONPATH=str(lib))
+    result = subprocess.run([sys.executable, "-c", CYCLES], cwd=lib.parent, env=env, capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(result.stdout)
+
+
+def test_no_two_modules_import_each_other(built, tmp_path):
+    """No import cycle anywhere, lazy imports included (the layers contracts
+    allow cycles inside a layer; this does not)."""
+    assert import_cycles(built) == []
+    lib = tmp_path / "lib"
+    shutil.copytree(built, lib)
+    with open(lib / "fusecc/passes/tiling/shapes.py", "a") as f:
+        f.write("\n\ndef _lazy():\n    import fusecc.passes.tiling.geometry\n")
+    assert ["fusecc.passes.tiling.contractions", "fusecc.passes.tiling.geometry", "fusecc.passes.tiling.shapes"] in import_cycles(lib)
 
 
 def test_a_broken_contract_is_reported(built, tmp_path):

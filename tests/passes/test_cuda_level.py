@@ -123,7 +123,7 @@ def _load(path):
 def test_compile_program_gives_what_the_cuda_target_launches(cuda_cache_dir):
     """`fusecc run --target cuda` runs compile_program's (source, manifest);
     here the CPU harness runs it in the GPU's place."""
-    from fusecc.driver.cuda_level import compile_program
+    from fusecc.driver.cuda_target import compile_program
     from fusecc.runtime.cuda.execute import run_on_cpu
     from fusecc.runtime.loop_interpreter import run_schedule
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fusecc.compiler import parse_module, verify
-from fusecc.driver.cuda_level import build_manifest, compile_program
+from fusecc.driver.cuda_level import build_manifest
+from fusecc.driver.cuda_target import compile_program
 from fusecc.passes.backends.cuda.emit import emit_cuda
 from fusecc.runtime.cuda.execute import run_on_cpu
 from fusecc.runtime.loop_interpreter import run_schedule
