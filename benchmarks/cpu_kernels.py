@@ -28,7 +28,7 @@ from fusecc.dialects import arith, loop
 from fusecc.dialects import math as m
 from fusecc.dialects.builtin import ModuleOp
 from fusecc.dialects.tensor import formulas
-from fusecc.passes.lowering.scalar_emitter import FormulaScalars, Scalars
+from fusecc.passes.lowering.scalar_formulas import FormulaScalars, Scalars
 
 
 def memref(*shape_and_type) -> MemRefType:

@@ -8,7 +8,7 @@ the methods below, so that the same text
     `evaluate`; `NUMPY64`, the same in float64, checks hand-written kernels),
   * builds primitive tensor ops (`passes/transforms/decompose.py`), which
     therefore give the reference's numbers bit for bit,
-  * builds scalar loop IR (`passes/lowering/scalar_emitter.Scalars`: the
+  * builds scalar loop IR (`passes/lowering/scalar_formulas.FormulaScalars`: the
     elementwise composites `gelu`, `sigmoid`, `silu`; every backend reaches
     them through the lowering).
 

@@ -2,6 +2,7 @@
 
   interface.py          the template contract (`@template(kind)`, LoweredGroup, ArgRef)
   scalar_emitter.py     group values per element as scalar IR
+  scalar_formulas.py    what each elementwise op computes per element (`SCALAR_FORMULAS`)
   tiling.py             tile choices (`tile` pass, `tile.*` attributes, `choose_tiles`)
   kernel_builder.py     loop nests and the GPU/CPU kernel skeletons, parts
   elementwise.py        elementwise/injective parts
