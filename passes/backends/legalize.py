@@ -19,13 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusecc.compiler.builder import Builder, InsertionPoint
-from fusecc.compiler.diagnostics import error
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.rewriter import is_trivially_dead
 from fusecc.compiler.types import ScalarType, bf16, f16, f32, i1
 from fusecc.dialects import arith, loop
-from fusecc.passes.backends.hardware import hardware
+from fusecc.passes.backends.hardware import pass_hardware
 
 NARROW_FLOATS = (bf16, f16)
 # ops that hold narrow floats without computing on them
@@ -253,11 +252,7 @@ class Legalize(Pass):
     target: str = ""
 
     def run(self, module: Operation, context: PassContext) -> None:
-        target = self.target or context.target
-        try:
-            hardware(target)
-        except ValueError as exc:
-            raise error(module.location, f"legalize: {exc}") from None
+        pass_hardware(self, module, context)  # the rules are the same for every known target
         rewritten = sum(legalize_kernel(op) for op in module.body if isinstance(op, loop.KernelOp))
         context.statistics["legalize.rewritten"] = context.statistics.get("legalize.rewritten", 0) + rewritten
 
