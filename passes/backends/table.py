@@ -9,6 +9,13 @@ the op computes on ("float", "int" (index too) or "i1"), so that e.g.
 elementwise op means one semantics entry (its dialect and the loop
 interpreter) and one line per backend table; `missing_entries` is the
 test that every table covers every legal key.
+
+The key space is shared; what a handler returns is the backend's: the CUDA
+table's `handler(r, op, *args) -> str` returns the C expression of the
+result from its operands' expressions; the LLVM table's `handler(k, op)`
+binds the result itself, since an LLVM value is a scalar, a `<W x T>`
+vector or a lane-linear index (llvm/text.py `Val`) and the handler picks
+the instruction's width from its operands'.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from fusecc.passes.backends.table import BOOL, FLOAT, INT
 FLOAT_PREDICATES = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
 SIGNED_PREDICATES = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
 UNSIGNED_PREDICATES = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}
+BITS_OF_FLOAT = {"half": 16, "float": 32, "double": 64}
 
 
 def operands(k, op):
@@ -172,9 +173,6 @@ def convert(k, source: ScalarType, target: ScalarType, ref: str, width: int) -> 
     if source is i1:
         return fb.emit(f"zext {st} {ref} to {dt}")
     return fb.emit(f"{'sext' if BITS[s] < BITS[d] else 'trunc'} {st} {ref} to {dt}")
-
-
-BITS_OF_FLOAT = {"half": 16, "float": 32, "double": 64}
 
 
 def math_function(k, op):
