@@ -139,12 +139,23 @@ class UsageError(Exception):
 
 
 class InternalCompilerError(Exception):
-    """A bug in fusecc, as opposed to a problem in the user's program."""
+    """A bug in fusecc, as opposed to a problem in the user's program. When
+    the bug shows at a place in the program (IR a pass left invalid, a group
+    fusion formed that its lowering cannot lower), `diagnostic` locates it;
+    the tools print it before the internal-error line and exit with 2."""
 
-    def __init__(self, where: str, cause: BaseException):
+    def __init__(self, where: str, cause: BaseException, diagnostic: Diagnostic | None = None):
         super().__init__(f"internal compiler error in {where}: {type(cause).__name__}: {cause}")
         self.where = where
         self.cause = cause
+        self.diagnostic = diagnostic
+
+
+def located_bug(where: str, exc: DiagnosticError, note: str) -> InternalCompilerError:
+    """The internal error for a located diagnostic that is fusecc's fault,
+    not the program's: the diagnostic keeps its location and gains `note`."""
+    exc.diagnostic.attach_note(note)
+    return InternalCompilerError(where, exc, exc.diagnostic)
 
 
 # --------------------------------------------------------------------------- rendering

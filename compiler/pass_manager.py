@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable
 
-from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError
+from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError, located_bug
 from fusecc.compiler.ir import Operation, lookup_op_class
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
@@ -381,7 +381,7 @@ def _run_pass(p: Pass, op: Operation, context, instrumentations) -> None:
         instrumentation.before_pass(p, op)
     try:
         p.run(op, context)
-    except DiagnosticError:
+    except (DiagnosticError, InternalCompilerError):
         raise
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -396,8 +396,7 @@ def _verify_after(p: Pass, op: Operation) -> None:
     try:
         verify(op)
     except DiagnosticError as exc:
-        exc.diagnostic.attach_note(f"the IR was invalid after pass '{p.name}'; this is a compiler bug")
-        raise
+        raise located_bug(f"pass '{p.name}'", exc, f"the IR was invalid after pass '{p.name}'; this is a compiler bug") from None
     except Exception as exc:
         raise InternalCompilerError(f"the verifier after pass '{p.name}'", exc) from exc
 

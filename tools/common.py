@@ -94,6 +94,8 @@ def guarded_main(tool: str, body: Callable[[DiagnosticEngine], int], sources: So
     except InternalCompilerError as exc:
         if debug_enabled():
             raise
+        if exc.diagnostic is not None:
+            print(render(exc.diagnostic, engine.sources), file=sys.stderr)
         print(f"{tool}: {exc}", file=sys.stderr)
         print(f"{tool}: note: this is a bug in fusecc; rerun with FUSECC_DEBUG=1 for a traceback", file=sys.stderr)
         return EXIT_INTERNAL_ERROR

@@ -105,6 +105,8 @@ class SoftmaxOp(TensorOp):
         return normalize_axis(self.attr("axis"), self.input.type.rank)
 
     def evaluate(self, args):
+        if args[0].size == 0:  # nothing to normalise (an empty axis has no maximum, and needs none)
+            return [to_storage(compute_view(args[0]), self.result_element())]
         computed = formulas.softmax(formulas.NUMPY, compute_view(args[0]), self.normalized_axis)
         return [to_storage(computed, self.result_element())]
 

@@ -27,6 +27,7 @@ from fusecc.dialects import tensor as T
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.log import FusionLog
 from fusecc.passes.fusion.partition import FORBID, FORCE, Partition, flag
+from fusecc.passes.tiling.epilogues import epilogue_refusal
 
 
 def _single_user(value: Value) -> Operation | None:
@@ -261,7 +262,8 @@ def _erase_if_dead(op: Operation, log: FusionLog, attention: Operation) -> None:
 
 
 def plan_attention(partition: Partition) -> None:
-    """An `attention` cluster per `tensor.attention`, with its head split and merge."""
+    """An `attention` cluster per `tensor.attention`, with its head split and
+    merge (the layout ops its template can apply: `tiling.epilogues`)."""
     for op in partition.ops():
         if op.name != "tensor.attention" or not partition.free(op):
             continue
@@ -275,6 +277,8 @@ def plan_attention(partition: Partition) -> None:
             user = current.results[0].users[0] if current.results[0].num_uses == 1 else None
             if user is None or not partition.free(user) or not user.has_trait(Injective) or flag(user, FORBID):
                 break
+            if epilogue_refusal(user, [current.results[0]], "attention") is not None:
+                break  # a slice, concat or broadcast of the result: the template cannot apply it per element
             partition.add(cluster, [user])
             current = user
 

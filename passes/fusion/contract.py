@@ -12,6 +12,7 @@ from fusecc.compiler.traits import ConstantLike, Contraction, Elementwise, Injec
 from fusecc.dialects.fusion import GroupOp
 
 from fusecc.passes.fusion import cost_model as cm
+from fusecc.passes.tiling.epilogues import epilogue_refusal
 from fusecc.passes.tiling.parts import horizontal_parts
 from fusecc.passes.fusion.partition import PARTS, is_fusable
 from fusecc.passes.fusion.reduction import RowSpace, row_space
@@ -62,7 +63,16 @@ def kind_problems(kind: str, ops: list[Operation]) -> list[str]:
     if kind == "attention":
         attention = [op for op in ops if op.name == "tensor.attention"]
         out = [] if len(attention) == 1 else [f"{len(attention)} tensor.attention ops"]
-        return out + [f"{op.name} is not a layout op" for op in ops if op.name != "tensor.attention" and not op.has_trait(Injective)]
+        epilogue = _dependents(ops, set(attention))
+        for op in ops:
+            if op in attention:
+                continue
+            if not op.has_trait(Injective):
+                out.append(f"{op.name} is not a layout op")
+            elif op in epilogue:
+                refusal = epilogue_refusal(op, [v for v in op.operands if v.defining_op in epilogue], "attention")
+                out += [refusal] if refusal else []
+        return out
     if kind == "matmul":
         return _matmul_problems(ops)
     if kind == "reduction":

@@ -176,11 +176,13 @@ def _rewrite(block, siblings, chains, prefix, widths, anchor, log: FusionLog, sa
                 operands.append(current)
                 continue
             sides = [op.operands[index] for op in ops]
-            if all(_is_column(s, w, rank) for s, w in zip(sides, widths)) and not all(s is sides[0] for s in sides):
+            if sides[0].type.rank and sides[0].type.shape[-1] != 1:
+                # One value per sibling's columns (a bias; one shared bias or
+                # splat too): the merged op reads them side by side.
                 concat = emit(T.ConcatOp.create(sides, {"axis": sides[0].type.rank - 1}, location=template.location))
                 operands.append(concat.result)
             else:
-                operands.append(sides[0])
+                operands.append(sides[0])  # broadcasts along the columns: one shared value serves all
         result_type = current.type.with_element_type(template.results[0].type.element_type)
         current = emit(type(template).create(operands, dict(template.attributes), [result_type], location=template.location)).result
     offset = 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
-from fusecc.compiler.diagnostics import error
+from fusecc.compiler.diagnostics import error, located_bug
 from fusecc.passes.backends.hardware import Hardware, pass_hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
@@ -193,7 +193,9 @@ class FunctionLowering:
             try:
                 lowered = self.lowered[key] = fn(group, self.hw)
             except LoweringError as exc:
-                raise error(group.location, f"cannot lower group {group.attr('id')} ({kind}): {exc}") from None
+                # Fusion forms only groups the templates can lower, so this is fusecc's bug.
+                refused = error(group.location, f"cannot lower group {group.attr('id')} ({kind}): {exc}")
+                raise located_bug("the lowering", refused, "fusion formed a group its lowering cannot lower; this is a compiler bug") from None
         outputs = self.schedule.output_args
         for result in group.results:
             home = homes.get(result)

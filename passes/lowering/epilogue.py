@@ -15,7 +15,8 @@ single store:
 Every yielded value must be reached from the result this way, one element
 to one element; an op that needs the result at another element (a
 reduction, a broadcast of the result) is refused when the epilogue is
-planned, before any code is written.
+planned, before any code is written. That rule is `tiling.epilogues`,
+which the fuser obeys too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
 from fusecc.passes.lowering.kernel_writer import GuardedEmitter
-from fusecc.passes.lowering.scalar_emitter import SCALAR_FORMULAS, Index, IndexMath, LoweringError, reshape_index
+from fusecc.passes.lowering.scalar_emitter import Index, IndexMath, LoweringError, reshape_index
+from fusecc.passes.tiling.epilogues import FORWARD_LAYOUT, epilogue_refusal
 
 
 def forward_index(op: Operation, idx: list[Value], im: IndexMath) -> list[Value]:
@@ -33,9 +35,6 @@ def forward_index(op: Operation, idx: list[Value], im: IndexMath) -> list[Value]
     if isinstance(op, T.TransposeOp):
         return [idx[axis] for axis in op.attr("perm")]
     return reshape_index(idx, op.input.type.shape, op.result.type.shape, im)
-
-
-FORWARD_LAYOUT = (T.TransposeOp, T.ReshapeOp)
 
 
 class Epilogue:
@@ -61,15 +60,9 @@ class Epilogue:
             self.stores.append((value, buffer))
 
     def _check_step(self, op: Operation, chain: list[Value]) -> None:
-        if isinstance(op, FORWARD_LAYOUT):
-            return
-        if op.name not in SCALAR_FORMULAS:
-            raise LoweringError(f"'{op.name}' at {op.location} cannot consume the {self.what} result in an epilogue: it is neither elementwise nor a transpose or reshape")
-        for v in chain:
-            if v.type.shape != op.result.type.shape:
-                raise LoweringError(
-                    f"'{op.name}' at {op.location} broadcasts the {self.what} result from {list(v.type.shape)} to {list(op.result.type.shape)}; an epilogue maps one element to one element"
-                )
+        refusal = epilogue_refusal(op, chain, self.what)
+        if refusal is not None:
+            raise LoweringError(refusal)
 
     def emit(self, emitter: GuardedEmitter, idx: Index, scalar: Value, guard: Value | None = None) -> None:
         """Apply the epilogue to the root's element `idx` (value `scalar`) and

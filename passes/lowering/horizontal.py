@@ -1,7 +1,8 @@
 """Horizontal groups: independent computations launched as one kernel.
 
 The group body falls apart into connected components (ops linked by the
-values they pass; sharing an input does not link them). Each component
+values they pass; sharing an input or a constant does not link them: the
+parts fusion formed, `tiling.parts.horizontal_parts`). Each component
 becomes one or more parts of a single kernel, and the block (worker) index
 dispatches among them (`kernel_builder.dispatch`):
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.traits import ConstantLike
 from fusecc.dialects.fusion import GroupOp, YieldOp
 
 from fusecc.passes.lowering.elementwise import Output, elementwise_parts
@@ -30,6 +32,7 @@ from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, Launch, LoweredG
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, build_kernel
 from fusecc.passes.lowering.reduction import NotRowLocal, row_part, row_plan
 from fusecc.passes.lowering.reduction_analysis import analyse_ops
+from fusecc.passes.tiling.parts import horizontal_parts
 from fusecc.passes.tiling.geometry import Overrides, TileConfig, analysis_geometry, elementwise_block, rows_config
 from fusecc.passes.tiling.tile import tile_config
 
@@ -49,30 +52,26 @@ class Component:
 
 
 def components(group: GroupOp) -> list[Component]:
-    """Connected components of the body, in body order."""
-    parent: dict[Operation, Operation] = {}
-
-    def find(op):
-        while parent[op] is not op:
-            parent[op] = parent[parent[op]]
-            op = parent[op]
-        return op
-
-    ops = group.body_ops()
-    for op in ops:
-        parent[op] = op
-        for v in op.operands:
-            producer = v.defining_op
-            if producer in parent:
-                parent[find(producer)] = find(op)
-    found: dict[object, Component] = {}
-    for op in ops:
-        found.setdefault(find(op), Component([], [])).ops.append(op)
+    """The group's parts (`tiling.parts.horizontal_parts`, the rule fusion
+    formed them by: constants link no parts), in body order, each with the
+    constants it reads (a constant two parts share is cloned into both)."""
+    body = group.body_ops()
+    position = {op: i for i, op in enumerate(body)}
+    constants = [op for op in body if op.has_trait(ConstantLike)]
+    found: list[Component] = []
+    part_of: dict[Operation, Component] = {}
+    for _, ops in horizontal_parts(group):
+        read = {v.defining_op for op in ops for v in op.operands}
+        component = Component(sorted([c for c in constants if c in read] + list(ops), key=position.__getitem__), [])
+        found.append(component)
+        part_of.update((op, component) for op in ops)
+    alone: dict[Value, Component] = {}  # a yielded argument or constant
     for i, v in enumerate(group.yield_op.operands):
-        producer = v.defining_op
-        key = find(producer) if producer in parent else ("argument", v)
-        found.setdefault(key, Component([], [])).outputs.append(i)
-    return [c for c in found.values() if c.outputs]
+        component = part_of.get(v.defining_op)
+        if component is None:
+            component = alone.setdefault(v, Component([v.defining_op] if v.defining_op is not None else [], []))
+        component.outputs.append(i)
+    return [c for c in [*found, *alone.values()] if c.outputs]
 
 
 def subgroup(group: GroupOp, component: Component, kind: str) -> tuple[GroupOp, list[int]]:

@@ -248,7 +248,7 @@ def choose_cpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
     vector registers accumulate, each B vector serves 16 rows. Whether
     A and B are packed into panels first is the lowering's choice
     (`matmul.with_packing`): it changes neither the tiles nor their cost here."""
-    mr, nr = min(16, problem.m), hardware.warp_size
+    mr, nr = max(1, min(16, problem.m)), hardware.warp_size  # an empty M (0 rows) still gets a 1-row tile
     mc, nc = block if block is not None else (64, 256)
     mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)

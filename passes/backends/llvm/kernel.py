@@ -85,7 +85,9 @@ class KernelEmitter(MemoryAccess, IndexMath):
             if isinstance(arg.type, MemRefType):
                 facts = self.facts[i] if self.facts else ArgFacts(True, arg.type.element_type.byte_size)
                 align = max(facts.align, arg.type.element_type.byte_size)
-                attrs = ("noalias " if facts.noalias else "") + f"align {align} dereferenceable({arg.type.byte_size})"
+                attrs = ("noalias " if facts.noalias else "") + f"align {align}"
+                if arg.type.byte_size:  # LLVM refuses dereferenceable(0); an empty buffer is never read
+                    attrs += f" dereferenceable({arg.type.byte_size})"
                 params.append(f"ptr {attrs} %a{i}")
                 self.buffers[arg] = Buffer(f"%a{i}", arg.type, align)
                 alignments.append(align)

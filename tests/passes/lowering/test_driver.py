@@ -113,7 +113,8 @@ def test_a_kind_without_template_is_an_internal_error_naming_the_group(monkeypat
         lower(parse(RESHAPED_RESULT), "cpu")
 
 
-def test_template_refusals_are_located_errors(monkeypatch):
+def test_template_refusals_are_located_internal_errors(monkeypatch):
+    # fusion forms only groups the templates can lower: a refusal is fusecc's bug (issue 16)
     from fusecc.passes.lowering.driver import load_templates
     from fusecc.passes.lowering.scalar_emitter import LoweringError
 
@@ -122,9 +123,10 @@ def test_template_refusals_are_located_errors(monkeypatch):
 
     load_templates()
     monkeypatch.setitem(TEMPLATES, "elementwise", refuse)
-    with pytest.raises(DiagnosticError, match=r"cannot lower group 0 \(elementwise\): no way") as info:
+    with pytest.raises(InternalCompilerError, match=r"cannot lower group 0 \(elementwise\): no way") as info:
         lower(parse(RESHAPED_RESULT), "cpu")
     assert info.value.diagnostic.location.file_line_col().line == 3
+    assert "fusion formed a group its lowering cannot lower" in info.value.diagnostic.notes[-1].message
 
 
 def test_unknown_target_is_an_error():
