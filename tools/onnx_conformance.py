@@ -33,12 +33,7 @@ MIN_OPSET, MAX_OPSET = 13, 21
 
 # Cases we do not run, with why: "case" on every target, "case@target" on
 # one. Every other case of a supported op runs.
-_EMPTY_BUFFERS = "the CPU backend emits dereferenceable(0) for an empty buffer, which LLVM rejects (reported to the LLVM backend's owner)"
-KNOWN_SKIPS: dict[str, str] = {
-    "test_reduce_sum_empty_set_non_reduced_axis_zero@cpu": _EMPTY_BUFFERS,
-    "test_reshape_allowzero_reordered@cpu": _EMPTY_BUFFERS,
-    "test_slice_start_out_of_bounds@cpu": _EMPTY_BUFFERS,
-}
+KNOWN_SKIPS: dict[str, str] = {}
 
 
 def known_skip(case: str, target: str) -> str | None:
