@@ -278,7 +278,7 @@ def time_variants(variants: Sequence[Variant], inputs, entry: str, repeat: int) 
                 names = [name for name, _ in profile]
                 if names != [s.name for s in variant.steps]:
                     raise RuntimeError(f"the {variant.label} program ran steps {names}, its schedule has {[s.name for s in variant.steps]}")
-                for step, (_, seconds) in zip(variant.steps, profile):
+                for step, (_, seconds) in zip(variant.steps, profile, strict=True):
                     step.seconds.append(seconds)
     finally:
         if collect:
@@ -317,7 +317,7 @@ def variant_data(variant: Variant, error: float) -> dict:
     in_steps = sum(medians)
     groups = {g["id"]: g for g in variant.model["groups"]}
     kernels, modelled = [], set()
-    for step, seconds in zip(variant.steps, medians):
+    for step, seconds in zip(variant.steps, medians, strict=True):
         group = groups.get(step.group)
         first_of_group = group is not None and step.group not in modelled
         modelled.add(step.group)
