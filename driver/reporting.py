@@ -215,7 +215,7 @@ def kernel_source(module: Operation, target: str, kernel: str, level: str, engin
     if level == "llvm" and hw.kind != "cpu":
         raise UsageError(f"LLVM IR is generated for the CPU; use --target cpu (not {target}) with --level llvm")
     if level == "cuda" and hw.kind == "cpu":
-        raise UsageError("CUDA C is generated for a GPU; use --target h200 or a100 with --level cuda")
+        raise UsageError("CUDA C is generated for a GPU; use --target cuda (tuned with --gpu h200 or a100) with --level cuda")
     pipeline = parse_pipeline(pipeline_for_level("loop", target=target))
     run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
     kernels = [op for op in module.body if isinstance(op, loop.KernelOp)]

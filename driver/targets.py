@@ -25,10 +25,17 @@ def _cpu_target() -> Target:
     return CpuTarget()
 
 
+def _cuda_sim_target() -> Target:
+    from fusecc.driver.cuda_sim_target import CudaSimTarget
+
+    return CudaSimTarget()
+
+
 _TARGETS: dict[str, Callable[[], Target]] = {
     "reference": ReferenceTarget,
     "cpu": _cpu_target,
     "cuda": _cuda_target,
+    "cuda-sim": _cuda_sim_target,
 }
 TARGET_NAMES = tuple(_TARGETS)
 

@@ -8,6 +8,7 @@ phase (exit 2). Python tracebacks appear only with FUSECC_DEBUG=1.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -17,6 +18,15 @@ from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, Inter
 
 EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose mistakes are usage errors like any other (exit 1, the
+    tool's `error:` line), not argparse's exit 2; the usage goes first."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
 
 
 def read_source(path: str) -> tuple[str, str]:

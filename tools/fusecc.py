@@ -1,17 +1,23 @@
 """fusecc: the compiler driver.
 
-    fusecc model.ir [-o kernels.cu] [--emit=LEVEL] [--arch sm_90] ...
-    fusecc run model.ir [--inputs in.npz] [-o out.npz] [--target T] [--entry NAME] [--random-inputs]
-    fusecc explain model.ir [--target h200|a100|cpu]
-    fusecc report model.ir [--target h200|a100|cpu] [--json]
+    fusecc model.ir [-o kernels.cu] [--emit=LEVEL] [--target cuda|cpu] [--gpu h200|a100 | --arch sm_90|sm_80] ...
+    fusecc run model.ir [--inputs in.npz] [-o out.npz] [--target reference|cpu|cuda|cuda-sim] [--entry NAME] [--random-inputs]
+    fusecc explain model.ir [--target cuda|cpu] [--gpu G]
+    fusecc report model.ir [--target cuda|cpu] [--gpu G] [--json]
     fusecc report model.ir --measure [--target cpu] [--repeat N] [--threads N] [--json]
     fusecc report model.ir --show-source KERNEL [--level loop|llvm|cuda] [--target T]
+    fusecc import model.onnx -o model.ir
     fusecc cache info|clear
+
+--target is where code runs (or which code generator compiles it), --gpu
+and --arch what GPU code is tuned for: the same flags in every command
+(tools/target_options.py). A flag that would be ignored is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -29,7 +35,8 @@ from fusecc.driver import frontend, targets
 
 from fusecc.tools import run_io
 from fusecc.tools import model_options
-from fusecc.tools.common import EXIT_INTERNAL_ERROR, guarded_main, phase, read_source, write_output
+from fusecc.tools.common import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, ArgumentParser, guarded_main, phase, read_source, write_output
+from fusecc.tools.target_options import COMPILE_TARGETS, TargetChoice, add_target_options, resolve_target
 
 SUBCOMMANDS = ("run", "explain", "report", "cache", "import")
 
@@ -65,43 +72,59 @@ def entry_function(module: Operation, requested: str | None) -> Operation:
 # --------------------------------------------------------------------------- compile
 
 
-def gpu_of_arch(arch: str):
-    """The hardware description of a CUDA architecture (sm_80: the A100)."""
-    from fusecc.passes.backends.hardware import HARDWARE
-
-    return next(h for h in HARDWARE.values() if h.is_gpu and h.arch == arch)
-
-
 def compile_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="fusecc",
-        description="Compile a tensor program. Subcommands: run, explain, report (see 'fusecc run -h').",
+        description=f"Compile a tensor program. Subcommands: {', '.join(SUBCOMMANDS)} (see 'fusecc run -h').",
     )
     p.add_argument("input", help="the program (.ir or .onnx), or - for stdin")
     model_options.add_frontend_options(p)
-    p.add_argument("-o", dest="output", default=None, help="output file (default stdout)")
-    p.add_argument("--emit", choices=list(EMIT_LEVELS), default=None, help="print the program at this level instead of CUDA C")
-    p.add_argument("--arch", choices=("sm_80", "sm_90"), default="sm_90", help="CUDA architecture (default sm_90)")
-    p.add_argument("--target", choices=("h200", "a100", "cpu"), default=None, help="hardware model for fusion and tiling (default: the GPU of --arch; cpu for --emit=llvm)")
-    p.add_argument("--print-debuginfo", action="store_true", help="print locations with --emit")
+    p.add_argument("-o", dest="output", default=None, help="output file (default stdout; CUDA C's manifest is written only beside -o)")
+    p.add_argument("--emit", choices=list(EMIT_LEVELS), default=None, help="print the program at this level (default: cuda, or llvm with --target cpu)")
+    add_target_options(p, "the code generator: cuda (CUDA C, the default) or cpu (LLVM IR); cuda-sim compiles as cuda", COMPILE_TARGETS)
+    p.add_argument("--print-debuginfo", "--mlir-print-debuginfo", action="store_true", help="print locations with an IR level of --emit")
     p.add_argument("--resource-usage", action="store_true", help="print registers and spills per CUDA kernel")
     return p
 
 
+def compile_target(args, level: str | None) -> tuple[str, TargetChoice]:
+    """(the --emit level, the target) of `fusecc FILE`; a usage error for a
+    combination that makes no sense or a flag that would be ignored."""
+    implied = "cpu" if level == "llvm" else "cuda"
+    if level == "llvm" and args.target is None and (args.gpu or args.arch):
+        raise UsageError(f"--emit=llvm generates code for the CPU; {'--gpu' if args.gpu else '--arch'} would be ignored (use --emit=cuda for a GPU)")
+    if args.target == "reference":
+        raise UsageError("the reference interpreter runs tensor programs as written; nothing is compiled for it (use 'fusecc run --target reference')")
+    choice = resolve_target(args, "fusecc", COMPILE_TARGETS, implied)
+    level = level or ("llvm" if choice.name == "cpu" else "cuda")
+    if level == "llvm" and choice.is_gpu:
+        flag = "--target " + args.target if args.target else ("--gpu" if args.gpu else "--arch")
+        raise UsageError(f"--emit=llvm generates code for the CPU; {flag} would be ignored (use --emit=cuda for a GPU)")
+    if level == "cuda" and not choice.is_gpu:
+        raise UsageError("--emit=cuda generates CUDA C for a GPU; with --target cpu use --emit=llvm (or another level)")
+    if args.resource_usage and level != "cuda":
+        raise UsageError(f"--resource-usage reports CUDA kernels' registers; it has no effect with --emit={level}")
+    suffix = os.path.splitext(args.output or "")[1]
+    if (suffix == ".cu") != (level == "cuda") and suffix in (".cu", ".ll"):
+        raise UsageError(f"'{args.output}' would hold {EMIT_LEVELS[level].summary} (--emit={level}); name the file accordingly or choose another --target/--emit")
+    if args.print_debuginfo and EMIT_LEVELS[level].emitter is not None:
+        raise UsageError(f"--print-debuginfo prints IR locations; --emit={level} prints no IR (use --emit=loop or an earlier level)")
+    return level, choice
+
+
 def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     args = compile_parser().parse_args(argv)
+    level, choice = compile_target(args, args.emit)
     module = load(args.input, engine, args)
-    level = args.emit or "cuda"
-    target = args.target or ("cpu" if level in ("llvm",) else gpu_of_arch(args.arch).name)
     if not (EMIT_LEVELS[level].from_loops and is_loop_level(module)):
-        pipeline = parse_pipeline(pipeline_for_level(level, target=target, arch=args.arch))
-        run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=target))
+        pipeline = parse_pipeline(pipeline_for_level(level, target=choice.hardware, arch=choice.arch))
+        run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=choice.hardware))
     emitter = EMIT_LEVELS[level].emitter
     if emitter is None:
         write_output(args.output, print_op(module, debuginfo=args.print_debuginfo))
         return 0
     source_name = os.path.basename(args.input) if args.input != "-" else None
-    options = EmitOptions(arch=args.arch, output=args.output, source_name=source_name, resource_usage=args.resource_usage)
+    options = EmitOptions(arch=choice.arch, output=args.output, source_name=source_name, resource_usage=args.resource_usage)
     emitted = emitter(module, options)
     write_output(args.output, emitted.text)
     for path, extra in emitted.beside.items():
@@ -114,12 +137,12 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
 
 
 def run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fusecc run", description="Run a program's entry function.")
+    p = ArgumentParser(prog="fusecc run", description="Run a program's entry function.")
     p.add_argument("input", help="the program (.ir or .onnx)")
     model_options.add_frontend_options(p)
     p.add_argument("--inputs", default=None, help=".npz with the arguments, by name (x for %%x) or as arg0, arg1, ...")
     p.add_argument("-o", dest="output", default=None, help=".npz to write result0, result1, ... (default: print a summary)")
-    p.add_argument("--target", default=None, help=f"where to run: {', '.join(targets.TARGET_NAMES)} (default: cuda with a GPU, else cpu)")
+    add_target_options(p, "where to run: reference (the interpreter), cpu, cuda (a GPU), cuda-sim (the CUDA C on this CPU); default: cuda with a GPU, else cpu")
     p.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
     p.add_argument("--random-inputs", action="store_true", help="fill the inputs missing from --inputs with seeded random data (says which)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
@@ -179,6 +202,22 @@ def check_input(array: np.ndarray, t, what: str) -> np.ndarray:
     return converted
 
 
+def run_target(args, loop_level: bool):
+    """The target of `fusecc run`: --gpu/--arch only where the code is tuned
+    for a GPU other than the one it runs on (cuda-sim)."""
+    choice = resolve_target(args, "fusecc run", None, None)
+    if choice.name == "cuda" and (args.gpu or args.arch):
+        raise UsageError("--target cuda compiles for the GPU it runs on; --gpu/--arch apply to cuda-sim and to compiling")
+    if loop_level:
+        if args.gpu or args.arch:
+            raise UsageError("this program is at the loop level already, tuned when it was lowered; --gpu/--arch would be ignored")
+        return targets.get_loop_level(choice.name or None)
+    target = targets.get(choice.name or None)
+    if choice.name == "cuda-sim":
+        target.gpu = choice.gpu  # the CUDA C is tuned for this GPU, then run on the CPU
+    return target
+
+
 def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.runtime.reference import InterpreterError
 
@@ -191,7 +230,7 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
         if args.threads < 1:
             raise UsageError("--threads must be at least 1")
         os.environ["FUSECC_CPU_WORKERS"] = str(args.threads)
-    target = targets.get_loop_level(args.target) if is_loop_level(module) else targets.get(args.target)
+    target = run_target(args, is_loop_level(module))
     inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
     timing = run_io.Timing(target.name)
     hits, builds = cache.counts.hits, cache.counts.builds
@@ -218,36 +257,45 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
 # --------------------------------------------------------------------------- explain / report
 
 
+def tuning_target(args, tool: str, default: str = "cuda") -> TargetChoice:
+    """The target of a command that compiles but does not run (explain, report):
+    the reference interpreter compiles nothing, so it is refused."""
+    if args.target == "reference":
+        raise UsageError(f"the reference interpreter runs tensor programs as written, without fusion; {tool} needs --target cpu or cuda")
+    return resolve_target(args, tool, COMPILE_TARGETS, default)
+
+
 def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.driver import reporting
 
-    p = argparse.ArgumentParser(prog="fusecc explain", description="Explain every fusion decision as remarks.")
+    p = ArgumentParser(prog="fusecc explain", description="Explain every fusion decision as remarks.")
     p.add_argument("input")
     model_options.add_frontend_options(p)
-    p.add_argument("--target", choices=("h200", "a100", "cpu"), default="h200")
+    add_target_options(p, "the code generator whose fusion is explained: cuda (default; cuda-sim alike) or cpu", COMPILE_TARGETS)
     args = p.parse_args(argv)
+    choice = tuning_target(args, "fusecc explain")
     module = load(args.input, engine, args)
     engine.stream = sys.stdout  # the remarks are this command's output
-    write_output(None, reporting.explain(module, args.target, engine))
+    write_output(None, reporting.explain(module, choice.hardware, engine))
     return 0
 
 
 def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.driver import reporting
 
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="fusecc report",
         description="Kernels, bytes, memory and time before and after fusion: from the cost model, "
         "measured on this machine (--measure), and the generated source of a kernel (--show-source).",
     )
     p.add_argument("input")
     model_options.add_frontend_options(p)
-    p.add_argument("--target", choices=("h200", "a100", "cpu"), default=None, help="hardware (default h200; cpu with --measure)")
+    add_target_options(p, "the code generator reported on: cuda (default; cuda-sim alike) or cpu (the default with --measure)", COMPILE_TARGETS)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     measured = p.add_argument_group("measuring (--measure)")
     measured.add_argument("--measure", action="store_true", help="compile unfused and fused, run both, and put measured figures beside the modelled ones")
-    measured.add_argument("--repeat", type=int, default=10, help="timed runs of each program, interleaved (default 10)")
-    measured.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    measured.add_argument("--repeat", type=int, default=None, help="timed runs of each program, interleaved (default 10)")
+    measured.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default 0)")
     measured.add_argument("--threads", type=int, default=None, help="threads of the CPU runtime (default: every CPU this process may use)")
     measured.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
     measured.add_argument("--all-kernels", action="store_true", help="also list the unfused program's kernels")
@@ -255,25 +303,36 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     source.add_argument("--show-source", metavar="KERNEL", default=None, help="print a kernel's source (a name such as fused_3_reduction, or a group id) instead of the report")
     source.add_argument("--level", choices=reporting.SOURCE_LEVELS, default=None, help="loop IR, LLVM IR or CUDA C (default: llvm for the cpu, cuda for a GPU)")
     args = p.parse_args(argv)
-    module = load(args.input, engine, args)
     if args.show_source is not None:
         if args.measure or args.json:
             raise UsageError("--show-source prints one kernel's source; run it without --measure and --json")
-        target = args.target or ("cpu" if args.level == "llvm" else "h200")
-        level = args.level or ("llvm" if target == "cpu" else "cuda")
+        choice = tuning_target(args, "fusecc report", "cpu" if args.level == "llvm" else "cuda")
+        level = args.level or ("llvm" if choice.name == "cpu" else "cuda")
+        module = load(args.input, engine, args)
         with phase("the code generator"):
-            text = reporting.kernel_source(module, target, args.show_source, level, engine)
+            text = reporting.kernel_source(module, choice.hardware, args.show_source, level, engine)
         write_output(None, text)
         return 0
+    if args.level is not None:
+        raise UsageError("--level chooses the language of --show-source; it has no effect without it")
+    measuring_only = [flag for flag, given in (("--repeat", args.repeat is not None), ("--seed", args.seed is not None), ("--threads", args.threads is not None), ("--entry", args.entry is not None), ("--all-kernels", args.all_kernels)) if given]
     if not args.measure:
-        write_output(None, reporting.report(module, args.target or "h200", as_json=args.json, engine=engine))
+        if measuring_only:
+            raise UsageError(f"{', '.join(measuring_only)} {'applies' if len(measuring_only) == 1 else 'apply'} to --measure; add --measure or drop {'it' if len(measuring_only) == 1 else 'them'}")
+        choice = tuning_target(args, "fusecc report")
+        module = load(args.input, engine, args)
+        write_output(None, reporting.report(module, choice.hardware, as_json=args.json, engine=engine))
         return 0
-    return _measured_report(args, module, engine)
+    choice = tuning_target(args, "fusecc report", "cpu")
+    module = load(args.input, engine, args)
+    return _measured_report(args, choice, module, engine)
 
 
-def _measured_report(args, module: Operation, engine: DiagnosticEngine) -> int:
+def _measured_report(args, choice: TargetChoice, module: Operation, engine: DiagnosticEngine) -> int:
     from fusecc.driver import measure
 
+    args.repeat = 10 if args.repeat is None else args.repeat
+    args.seed = 0 if args.seed is None else args.seed
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     if args.threads is not None and args.threads < 1:
@@ -282,7 +341,7 @@ def _measured_report(args, module: Operation, engine: DiagnosticEngine) -> int:
         raise UsageError("--measure compiles a tensor program twice (unfused and fused); this one is at the loop level already (run it with 'fusecc run')")
     entry = entry_function(module, args.entry).sym_name
     try:
-        data = measure.measure(module, entry, args.target or "cpu", args.repeat, args.seed, args.threads, engine)
+        data = measure.measure(module, entry, choice.hardware, args.repeat, args.seed, args.threads, engine)
     except measure.MeasurementUnavailable as exc:
         raise UsageError(str(exc)) from None
     write_output(None, json.dumps(data, indent=2) + "\n" if args.json else measure.format_measured_report(data, args.all_kernels))
@@ -304,7 +363,7 @@ def cache_main(argv: list[str], engine: DiagnosticEngine) -> int:
 
 
 def import_main(argv: list[str], engine: DiagnosticEngine) -> int:
-    p = argparse.ArgumentParser(prog="fusecc import", description="Import an ONNX model as a tensor IR module (weights in a .safetensors file beside it).")
+    p = ArgumentParser(prog="fusecc import", description="Import an ONNX model as a tensor IR module (weights in a .safetensors file beside it).")
     p.add_argument("input", help="the model (.onnx)")
     p.add_argument("-o", dest="output", required=True, help="the .ir to write; weights go to the same name with .safetensors")
     p.add_argument("--weights", default=None, help="where to write the weights (default: beside -o, .safetensors)")
@@ -324,6 +383,16 @@ def import_main(argv: list[str], engine: DiagnosticEngine) -> int:
     return 0
 
 
+def misspelt_subcommand(argv: list[str]) -> str | None:
+    """The subcommand a first argument that is no file seems to mean
+    (`fusecc rnu x.ir`), or None."""
+    word = argv[0] if argv else ""
+    if not word or word.startswith("-") or os.path.exists(word) or os.sep in word or "." in word:
+        return None
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--version"]:
@@ -334,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     body = {"run": run_main, "explain": explain_main, "report": report_main, "cache": cache_main, "import": import_main}.get(argv[0] if argv else "", None)
     if body is not None:
         return guarded_main(f"fusecc {argv[0]}", lambda engine: body(argv[1:], engine), SourceManager())
+    meant = misspelt_subcommand(argv)
+    if meant is not None:
+        print(f"fusecc: error: unknown command '{argv[0]}'; did you mean '{meant}'? (commands: {', '.join(SUBCOMMANDS)}; or give a program to compile)", file=sys.stderr)
+        return EXIT_USER_ERROR
     return guarded_main("fusecc", lambda engine: compile_main(argv, engine), SourceManager())
 
 

@@ -60,7 +60,7 @@ def test_the_text_report_has_the_table_the_groups_and_the_chains(capsys):
 
 
 def test_the_json_report_round_trips(capsys):
-    assert fusecc.main(["report", str(EXAMPLES / "layernorm4.ir"), "--json", "--target", "a100"]) == 0
+    assert fusecc.main(["report", str(EXAMPLES / "layernorm4.ir"), "--json", "--gpu", "a100"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["target"] == "a100" and data["arch"] == "sm_80"
     assert data["before"]["kernels"] == 4 and data["after"]["kernels"] == 1
@@ -101,8 +101,8 @@ def test_show_source_says_what_is_wrong(capsys):
     mlp = str(EXAMPLES / "mlp.ir")
     cases = [
         (["--show-source", "fused_9_matmul"], "no kernel 'fused_9_matmul' in the fused program for h200 (kernels: fused_0_matmul, fused_1_matmul; or give a group id)"),
-        (["--show-source", "0", "--level", "llvm", "--target", "a100"], "LLVM IR is generated for the CPU; use --target cpu (not a100)"),
-        (["--show-source", "0", "--level", "cuda", "--target", "cpu"], "CUDA C is generated for a GPU; use --target h200 or a100"),
+        (["--show-source", "0", "--level", "llvm", "--target", "cuda", "--gpu", "a100"], "LLVM IR is generated for the CPU; use --target cpu (not a100)"),
+        (["--show-source", "0", "--level", "cuda", "--target", "cpu"], "CUDA C is generated for a GPU; use --target cuda (tuned with --gpu h200 or a100)"),
         (["--show-source", "0", "--measure"], "--show-source prints one kernel's source; run it without --measure and --json"),
     ]
     for options, message in cases:
