@@ -1,0 +1,135 @@
+"""The differential fuzzer (tools/fuzz, docs/fuzzing.md): its generator
+covers the language, its oracle follows the numerics page, the CI slice of
+seeds passes on the reference, the CPU target and (a handful) the CUDA C
+on the CPU harness, and the reducer shrinks an injected fault."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+
+from fusecc.compiler.parser import parse_module
+from fusecc.compiler.verifier import verify
+from fusecc.tools.fuzz import oracle
+from fusecc.tools.fuzz.__main__ import load_case, main, save_case
+from fusecc.tools.fuzz.generate import generate
+from fusecc.tools.fuzz.program import Function, Op, Program, Type, print_program
+from fusecc.tools.fuzz.reduce import reduce_case
+from fusecc.tools.fuzz.run import check_invalid_variant, run_case
+
+SLICE = range(0, 240)  # the CI slice: reference + CPU
+HARNESS = range(0, 240, 40)  # and the CUDA C on the CPU harness for these
+
+
+def _slice_ids(size: int):
+    return [range(start, min(start + size, SLICE.stop)) for start in range(SLICE.start, SLICE.stop, size)]
+
+
+@pytest.mark.parametrize("seeds", _slice_ids(40), ids=lambda r: f"{r.start}-{r.stop}")
+def test_the_ci_slice_passes_on_the_reference_and_the_cpu(seeds):
+    failures = []
+    for seed in seeds:
+        targets = ["reference", "cpu"] + (["harness"] if seed in HARNESS else [])
+        outcome = run_case(generate(seed), targets, invalid=seed % 5 == 0)
+        failures += [f"seed {seed}: {t}: {outcome.classes[t]}: {outcome.details.get(t, '')}" for t in outcome.failed()]
+    assert failures == []
+
+
+def test_the_generator_covers_every_op_of_the_tensor_dialect():
+    import fusecc  # registers the dialects
+    from fusecc.compiler.ir import OP_REGISTRY
+
+    kinds = collections.Counter()
+    features = collections.Counter()
+    for seed in range(300):
+        case = generate(seed)
+        for f in case.program.functions:
+            kinds.update(op.kind for op in f.ops)
+        features.update(case.features)
+        features["results>1"] += len(case.program.main.returns) > 1
+    dialect = {name.removeprefix("tensor.") for name in OP_REGISTRY if name.startswith("tensor.")}
+    assert dialect - set(kinds) == set()
+    for feature in ("float:f16", "float:bf16", "empty", "specials", "call", "results>1"):
+        assert features[feature] > 0, feature
+
+
+def test_generated_programs_verify_and_print_back():
+    from fusecc.compiler.printer import print_op
+
+    for seed in range(100):
+        text = print_program(generate(seed).program)
+        module = parse_module(text, "fuzz.ir")
+        verify(module)
+        assert parse_module(print_op(module)) is not None
+
+
+def _single(kind: str, shapes_types: list[Type], attrs: dict, inputs: list) -> np.ndarray:
+    args = [(f"a{i}", t) for i, t in enumerate(shapes_types)]
+    program = Program([Function("main", args, [Op(kind, [a for a, _ in args], ["r"], attrs)], ["r"])])
+    return oracle.evaluate(program, [np.asarray(x) for x in inputs])[0]
+
+
+def test_the_oracle_follows_the_numerics_page():
+    f32, i32 = (lambda *s: Type(s, "f32")), (lambda *s: Type(s, "i32"))
+    # C99 pow, not numpy's float32 sqrt shortcut
+    assert _single("pow", [f32(2), f32()], {}, [[-math.inf, -0.0], 0.5]).tolist() == [math.inf, 0.0]
+    # integer division truncates, x / 0 = 0, INT_MIN / -1 wraps
+    got = _single("div", [i32(4), i32(4)], {}, [np.array([-7, 7, 5, -(2**31)], np.int32), np.array([2, -2, 0, -1], np.int32)])
+    assert got.tolist() == [-3, -3, 0, -(2**31)]
+    # float -> int saturates, NaN -> 0
+    got = _single("cast", [f32(4)], {"to": "i32"}, [np.array([np.nan, np.inf, -1e20, -2.7], np.float32)])
+    assert got.tolist() == [0, 2**31 - 1, -(2**31), -2]
+    # gather: negative indices wrap, then clamp
+    got = _single("gather", [f32(3), i32(4)], {"axis": 0}, [np.array([10, 20, 30], np.float32), np.array([-1, -9, 7, 1], np.int32)])
+    assert got.tolist() == [30, 10, 30, 20]
+    # a negative step whose stop runs past index 0 takes the whole axis
+    assert _single("slice", [f32(4)], {"start": [3], "stop": [-5], "step": [-1]}, [np.arange(4, dtype=np.float32)]).tolist() == [3, 2, 1, 0]
+    # bf16 storage rounds each op's result: (x + 2^-9) - x is 0 for x = 1
+    bf = Type((1,), "bf16")
+    add = _single("add", [bf, bf], {}, [[1.0], [2.0**-9]])
+    assert add.tolist() == [1.0]
+
+
+def test_invalid_variants_are_rejected_with_a_location():
+    classes = collections.Counter(check_invalid_variant(generate(seed))[0] for seed in range(40))
+    assert set(classes) <= {"rejected", "skipped"} and classes["rejected"] > 30
+
+
+def test_the_reducer_shrinks_an_injected_fault(monkeypatch):
+    # A fault in the reference's float add: every result moves by 1%.
+    from fusecc.dialects import tensor as T
+
+    original = T.AddOp.evaluate
+
+    def faulty(self, args):
+        return [(x * 1.01 + 0.01).astype(x.dtype) if x.dtype.kind == "f" else x for x in original(self, args)]
+
+    monkeypatch.setattr(T.AddOp, "evaluate", faulty)
+
+    def still_fails(candidate):
+        try:
+            return run_case(candidate, ["reference"]).classes["reference"] == "mismatch"
+        except Exception:
+            return False
+
+    case = next(c for c in map(generate, range(100)) if c.program.op_count() >= 10 and still_fails(c))
+    reduced = reduce_case(case, still_fails)
+    assert still_fails(reduced)
+    assert [op.kind for op in reduced.program.main.ops if op.kind != "constant"] == ["add"]  # only the faulty op is left
+    assert all(d <= 2 for _, t in reduced.program.main.args for d in t.shape)
+
+
+def test_the_command_line_runs_seeds_saves_and_reduces_cases(tmp_path, capsys):
+    assert main(["--seeds", "3", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "3 seeds" in out and "reference" in out and "cpu" in out
+    path = save_case(generate(7), None, tmp_path)
+    case, _ = load_case(str(path))
+    assert print_program(case.program) == print_program(generate(7).program)
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(case.inputs, generate(7).inputs))
+    assert (tmp_path / "seed-7.ir").exists() and (tmp_path / "seed-7.npz").exists()
+    # a passing case has nothing to reduce
+    assert main(["--reduce", str(path), "--target", "reference"]) == 1

@@ -1,0 +1,188 @@
+"""Running a case on each target and classing the outcome.
+
+Classes of a valid program, per target:
+  ok        every result meets the oracle (compare.py)
+  mismatch  a result differs (value, shape, dtype or count)
+  crash     an internal compiler error (exit 2) or any other exception
+  refused   a located error or usage error (exit 1) for a valid program
+Classes of a deliberately invalid program (a result type made wrong):
+  rejected          a located error at the broken line (what the spec asks)
+  rejected-elsewhere an error, but not located at the broken line
+  accepted-invalid  no error at all
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fusecc.tools.fuzz import oracle
+from fusecc.tools.fuzz.compare import compare_results, stable_mask
+from fusecc.tools.fuzz.generate import Case
+from fusecc.tools.fuzz.program import infer_types, print_program
+
+TARGETS = ("reference", "cpu", "harness")
+SOURCE = "fuzz.ir"
+
+
+@dataclass
+class Outcome:
+    seed: int
+    features: list[str]
+    classes: dict[str, str] = field(default_factory=dict)  # target -> class
+    details: dict[str, str] = field(default_factory=dict)
+
+    def failed(self) -> list[str]:
+        return [t for t, c in self.classes.items() if c not in ("ok", "rejected", "skipped")]
+
+
+def _parse(text: str):
+    from fusecc.compiler.parser import parse_module
+    from fusecc.compiler.verifier import verify
+
+    module = parse_module(text, SOURCE)
+    verify(module)
+    return module
+
+
+def run_reference(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    from fusecc.runtime.reference import evaluate
+
+    return evaluate(_parse(text), "main", inputs)
+
+
+def run_cpu(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.driver import targets
+
+    return targets.get("cpu").run(_parse(text), "main", inputs, DiagnosticEngine())
+
+
+def run_harness(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The exact CUDA C the CUDA target emits, compiled by the host C++
+    compiler and run on the CPU (runtime/cuda/cpu_harness)."""
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.compiler.pass_manager import PassContext
+    from fusecc.runtime.cuda.execute import run_on_cpu
+
+    try:
+        from fusecc.driver.cuda_target import compile_program
+    except ImportError:  # where it lived before the CUDA target's split
+        from fusecc.driver.cuda_level import compile_program
+
+    source, manifest = compile_program(_parse(text), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
+    outputs = run_on_cpu(manifest, source, inputs)
+    return [outputs[spec.name] for spec in manifest.outputs]
+
+
+RUNNERS = {"reference": run_reference, "cpu": run_cpu, "harness": run_harness}
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    from fusecc.compiler.diagnostics import DiagnosticError, InternalCompilerError, UsageError
+
+    if isinstance(exc, InternalCompilerError):
+        return "crash", str(exc).splitlines()[0][:300]
+    if isinstance(exc, (DiagnosticError, UsageError)):
+        return "refused", str(exc).splitlines()[0][:300]
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {os.path.basename(frame.filename)}:{frame.lineno}" if frame else ""
+    return "crash", f"{type(exc).__name__}: {str(exc).splitlines()[0][:250] if str(exc) else ''}{where}"
+
+
+def expected_results(case: Case):
+    """(oracle results, stability masks, result dtypes)."""
+    program = case.program
+    types = infer_types(program)
+    dtypes = [types["main", v].dtype for v in program.main.returns]
+    expected = oracle.evaluate(program, case.inputs)
+    jittered = [oracle.evaluate(program, case.inputs, jitter=np.random.default_rng(case.seed * 2 + k)) for k in range(2)]
+    masks = [stable_mask(e, [j[i] for j in jittered], d) for i, (e, d) in enumerate(zip(expected, dtypes))]
+    return expected, masks, dtypes
+
+
+def run_case(case: Case, targets=("reference", "cpu"), invalid: bool = False) -> Outcome:
+    outcome = Outcome(case.seed, case.features)
+    text = print_program(case.program)
+    expected, masks, dtypes = expected_results(case)
+    for target in targets:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # numpy's, on NaN and empty inputs
+                got = RUNNERS[target](text, [x.copy() for x in case.inputs])
+        except Exception as exc:  # noqa: BLE001 - every failure is a finding to class
+            outcome.classes[target], outcome.details[target] = classify_exception(exc)
+            continue
+        verdict = compare_results(got, expected, masks, dtypes)
+        outcome.classes[target] = "ok" if verdict.ok else "mismatch"
+        if not verdict.ok:
+            outcome.details[target] = verdict.detail
+    if invalid:
+        outcome.classes["invalid"], outcome.details["invalid"] = check_invalid_variant(case)
+    return outcome
+
+
+# --------------------------------------------------------------------------- invalid programs
+
+_RESULT_TYPE = re.compile(r"-> tensor<([0-9x]*)(f32|f16|bf16|i32|i64|i1)>$")
+_AXIS_ATTR = re.compile(r"\b(axis = -?\d+|axes = \[[-0-9, ]*\]|perm = \[[0-9, ]*\])")
+
+
+def invalid_variant(case: Case) -> tuple[str, int, bool] | None:
+    """The program's text with one op made invalid, the line of that op, and
+    whether the error must be reported at that very line: an axis out of
+    range or a bad permutation (the op's own verifier), else a declared
+    result type made wrong (its last dim grown by one, or its element type
+    changed; the parser may report it where the value is used, whose
+    declared type then disagrees)."""
+    lines = print_program(case.program).splitlines()
+    rng = np.random.default_rng(case.seed)
+    with_axes = [i for i, line in enumerate(lines) if " = tensor." in line and _AXIS_ATTR.search(line)]
+    if with_axes and rng.random() < 0.5:
+        i = int(rng.choice(with_axes))
+        match = _AXIS_ATTR.search(lines[i])
+        wrong = {"axis": "axis = 9", "axes": "axes = [-9]", "perm": "perm = [0, 0]"}[match.group(1).split(" ")[0]]
+        lines[i] = lines[i][: match.start()] + wrong + lines[i][match.end() :]
+        return "\n".join(lines) + "\n", i + 1, True
+    candidates = [i for i, line in enumerate(lines) if " = tensor." in line and "tensor.constant" not in line and _RESULT_TYPE.search(line)]
+    casts = {i for i in candidates if "tensor.cast" in lines[i]}  # a cast's result element type is free
+    if not candidates:
+        return None
+    candidates = [i for i in candidates if i not in casts or _RESULT_TYPE.search(lines[i]).group(1)]
+    if not candidates:
+        return None
+    i = int(rng.choice(candidates))
+    match = _RESULT_TYPE.search(lines[i])
+    dims, dtype = match.group(1), match.group(2)
+    if dims and (rng.random() < 0.6 or i in casts):
+        parts = dims.rstrip("x").split("x")
+        parts[-1] = str(int(parts[-1]) + 1)
+        wrong = f"-> tensor<{'x'.join(parts)}x{dtype}>"
+    else:
+        wrong = f"-> tensor<{dims}{'i32' if dtype != 'i32' else 'f32'}>"
+    lines[i] = lines[i][: match.start()] + wrong
+    return "\n".join(lines) + "\n", i + 1, False
+
+
+def check_invalid_variant(case: Case) -> tuple[str, str]:
+    from fusecc.compiler.diagnostics import DiagnosticError
+
+    variant = invalid_variant(case)
+    if variant is None:
+        return "skipped", "no op to break"
+    text, line, here = variant
+    try:
+        _parse(text)
+    except DiagnosticError as exc:
+        position = exc.diagnostic.location.file_line_col()
+        if position is not None and (position.line == line or not here):
+            return "rejected", f"line {line} broken; {position.line}:{position.col}: {exc.diagnostic.message[:200]}"
+        return "rejected-elsewhere", f"line {line} broken, error at {position}: {exc.diagnostic.message[:200]}"
+    except Exception as exc:  # noqa: BLE001
+        return classify_exception(exc)
+    return "accepted-invalid", f"line {line}: {text.splitlines()[line - 1].strip()[:200]}"
