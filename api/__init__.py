@@ -15,24 +15,23 @@ except _metadata.PackageNotFoundError:  # running from a source tree that was ne
     __version__ = "0+unknown"
 
 
-def _grammar_cache_file() -> str:
-    import lark
+def _grammar_tables(key: str, build) -> bytes:
+    """The parser's tables from the runtime's digest-checked cache."""
+    from fusecc.runtime.cache import fetch_bytes
 
-    from fusecc.runtime.cache import cache_dir
-
-    return str(cache_dir("parser") / f"grammar-lark{lark.__version__}.cache")
+    return fetch_bytes("parser", key, build)[0]
 
 
 def _compose() -> None:
     """The composition root, run once on `import fusecc` (so before any
     submodule): register the dialects with the IR core's op registry, as
     MLIR's tools call `registerAllDialects`, and give the parser the
-    runtime's cache folder. The core itself imports neither."""
+    runtime's checked cache for its tables. The core itself imports neither."""
     from fusecc.compiler import parser
     from fusecc.dialects import load_all
 
     load_all()
-    parser.set_grammar_cache(_grammar_cache_file)
+    parser.set_grammar_store(_grammar_tables)
 
 
 _compose()

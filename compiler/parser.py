@@ -31,7 +31,7 @@ from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import FileLineColLoc
 from fusecc.compiler.ir import Block, Operation, Region, lookup_op_class
 from fusecc.compiler.literals import LiteralReader, _attribute_dicts
-from fusecc.compiler.syntax import OpSyntax, lark_parser, set_grammar_cache, syntax_error, token_piece
+from fusecc.compiler.syntax import OpSyntax, lark_parser, set_grammar_store, syntax_error, token_piece
 from fusecc.compiler.types import FunctionType, TypeSyntaxError, parse_type_token
 
 
@@ -397,4 +397,4 @@ def clear_memo_tables() -> None:
         clear_type_cache()
 
 
-__all__ = ["clear_memo_tables", "parse_module", "registered_op", "set_grammar_cache", "split_input"]
+__all__ = ["clear_memo_tables", "parse_module", "registered_op", "set_grammar_store", "split_input"]

@@ -12,6 +12,8 @@ syntax error becomes a located diagnostic naming what was expected.
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import re
 from typing import Callable
 
@@ -319,37 +321,48 @@ class _Reader(lark.Transformer):
         return ("fused", c)
 
 
-# Where lark keeps the LALR tables between processes (~60 ms per process):
-# a function giving the file, set by whoever owns the cache folder (the
-# package root hands in the runtime's); None builds the tables each time.
-_grammar_cache: Callable[[], str] | None = None
+# The LALR tables take ~200 ms to build. Whoever owns a cache folder (the
+# package root hands in the runtime's digest-checked cache) may keep them:
+# `store(key, build)` returns the tables' bytes, calling `build()` on a miss.
+# The bytes are a pickle, so they must come from a checked store, never from
+# a file anyone could write (lark's own `cache=path` unpickles unchecked).
+_grammar_store: Callable[[str, Callable[[], bytes]], bytes] | None = None
 
 
-def set_grammar_cache(path_of: Callable[[], str] | None) -> None:
-    """Use `path_of()` as lark's table cache (called on the first parse)."""
-    global _grammar_cache
-    _grammar_cache = path_of
+def set_grammar_store(store: Callable[[str, Callable[[], bytes]], bytes] | None) -> None:
+    """Keep the parser tables through `store` (None: build them in each process)."""
+    global _grammar_store
+    _grammar_store = store
     lark_parser.cache_clear()
 
 
-@functools.lru_cache(maxsize=1)
-def lark_parser() -> lark.Lark:
-    # lark checks the grammar's hash itself and rebuilds a stale or unreadable file.
-    cache: str | bool = False
-    if _grammar_cache is not None:
-        try:
-            cache = _grammar_cache()
-        except OSError:  # no writable cache folder: build the tables each time
-            cache = False
+def _build_parser() -> lark.Lark:
     return lark.Lark(
         GRAMMAR,
         parser="lalr",
         lexer="contextual",
         transformer=_Reader(),
         maybe_placeholders=True,
-        cache=cache,
         start=["start", "attributes_only"],
     )
+
+
+def _tables_of(parser: lark.Lark) -> bytes:
+    buffer = io.BytesIO()
+    parser.save(buffer)
+    return buffer.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def lark_parser() -> lark.Lark:
+    if _grammar_store is None:
+        return _build_parser()
+    key = hashlib.sha256(f"{GRAMMAR}\0lark {lark.__version__}".encode()).hexdigest()
+    try:
+        tables = _grammar_store(key, lambda: _tables_of(_build_parser()))
+    except OSError:  # no usable cache folder: build the tables in this process
+        return _build_parser()
+    return lark.Lark.load(io.BytesIO(tables))
 
 
 class Piece:

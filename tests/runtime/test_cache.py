@@ -215,3 +215,20 @@ def test_a_tampered_cpu_harness_library_is_rebuilt_not_loaded(root):
     os.replace(tampered, first.library)
     again = CpuModule.compile(source, "twice.cu", cache_dir=root, defines=defines)
     assert again.compiled
+
+
+def test_the_parser_tables_are_a_checked_entry(root, caplog):
+    """The LALR tables are a pickle: a tampered entry is rebuilt, never unpickled."""
+    from fusecc.compiler import syntax
+    from fusecc.compiler.parser import parse_module
+
+    syntax.lark_parser.cache_clear()
+    parse_module("func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n  func.return %x : tensor<2xf32>\n}\n")
+    (entry,) = [p for p in (root / "parser").iterdir() if p.is_dir()]
+    (entry / cache.BLOB_FILE).write_bytes(b"cos\nsystem\n(S'echo owned'\ntR.")  # a pickle that would run a command
+    syntax.lark_parser.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="fusecc.cache"):
+        module = parse_module("func.func @g(%x: tensor<2xf32>) -> tensor<2xf32> {\n  func.return %x : tensor<2xf32>\n}\n")
+    assert "does not match its digest" in caplog.text and module.body
+    assert cache.counts.builds == 2 and cache.counts.hits == 0
+    syntax.lark_parser.cache_clear()
