@@ -171,5 +171,8 @@ def cuda_level_outputs(module: Operation, *, arch: str = "sm_90", output: str | 
         from fusecc.runtime.cuda.resources import format_resource_usage
 
         notes = format_resource_usage(checked, {k.name: k.estimate for k in cuda.kernels if k.estimate})
-    beside = {os.path.splitext(output)[0] + ".json": manifest.to_json()} if manifest is not None else {}
-    return cuda.text, beside, notes
+    if manifest is None:
+        from fusecc.passes.backends.cuda.emit import MANIFEST_NOTE, NO_MANIFEST_NOTE
+
+        return cuda.text.replace(MANIFEST_NOTE, NO_MANIFEST_NOTE, 1), {}, notes
+    return cuda.text, {os.path.splitext(output)[0] + ".json": manifest.to_json()}, notes

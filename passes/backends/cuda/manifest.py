@@ -15,6 +15,11 @@ from typing import Any, Union
 
 SCHEMA_VERSION = 1
 MAX_THREADS_PER_BLOCK = 1024
+# Dynamic shared memory a kernel may use without opting in; above it the host
+# must raise the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first.
+DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
+# What the generated source assumes of the compiler (NVRTC or nvcc), beside -arch.
+COMPILE_OPTIONS = ("-std=c++17",)
 
 # Element types (the IR's names) -> bytes per element on the device.
 DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
@@ -92,6 +97,11 @@ class Launch:
     args: tuple[Arg, ...]
     shared_bytes: int = 0  # dynamic shared memory
 
+    @property
+    def shared_opt_in(self) -> bool:
+        """The kernel must be allowed this much dynamic shared memory before the launch."""
+        return self.shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT
+
     def __post_init__(self):
         for name in ("grid", "block"):  # (x,), (x, y) and (x, y, z) are all fine
             dims = tuple(getattr(self, name))
@@ -104,6 +114,7 @@ class Launch:
             "grid": list(self.grid),
             "block": list(self.block),
             "shared_bytes": self.shared_bytes,
+            "shared_opt_in": self.shared_opt_in,
             "args": [a.to_dict() for a in self.args],
         }
 
@@ -117,10 +128,11 @@ class Manifest:
     arena_bytes: int = 0
     entry: str = "main"
     arch: str | None = None  # what the kernels were tiled for; they compile for any
+    compile_options: tuple[str, ...] = COMPILE_OPTIONS  # give these to NVRTC/nvcc, with -arch
     version: int = field(default=SCHEMA_VERSION)
 
     def __post_init__(self):
-        for name in ("inputs", "outputs", "launches"):
+        for name in ("inputs", "outputs", "launches", "compile_options"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         self.validate()
 
@@ -140,6 +152,7 @@ class Manifest:
             "source": self.source,
             "entry": self.entry,
             "arch": self.arch,
+            "compile_options": list(self.compile_options),
             "arena_bytes": self.arena_bytes,
             "inputs": [s.to_dict() for s in self.inputs],
             "outputs": [s.to_dict() for s in self.outputs],
@@ -224,6 +237,12 @@ class _Reader:
             raise ManifestError(f"{where}.{key}: expected a list of integers, got {json.dumps(values)}")
         return tuple(values)
 
+    def strings(self, obj: Any, key: str, where: str, default) -> tuple[str, ...]:
+        values = self.field(obj, key, list, where, list(default))
+        if not all(isinstance(v, str) for v in values):
+            raise ManifestError(f"{where}.{key}: expected a list of strings, got {json.dumps(values)}")
+        return tuple(values)
+
     def spec(self, obj: Any, where: str) -> TensorSpec:
         return TensorSpec(self.field(obj, "name", str, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
 
@@ -242,12 +261,16 @@ class _Reader:
         grid, block = self.ints(obj, "grid", where), self.ints(obj, "block", where)
         if not (1 <= len(grid) <= 3 and 1 <= len(block) <= 3):
             raise ManifestError(f"{where}: grid and block have one to three sizes")
+        shared_bytes = self.field(obj, "shared_bytes", int, where, 0)
+        opt_in = self.field(obj, "shared_opt_in", bool, where, None)
+        if opt_in is not None and opt_in != (shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT):
+            raise ManifestError(f"{where}.shared_opt_in: must be {json.dumps(not opt_in)} for shared_bytes {shared_bytes} (the opt-in threshold is {DEFAULT_DYNAMIC_SHARED_LIMIT})")
         return Launch(
             kernel=self.field(obj, "kernel", str, where),
             grid=grid,
             block=block,
             args=tuple(self.arg(a, f"{where}.args[{i}]") for i, a in enumerate(self.field(obj, "args", list, where))),
-            shared_bytes=self.field(obj, "shared_bytes", int, where, 0),
+            shared_bytes=shared_bytes,
         )
 
     def manifest(self, doc: Any) -> Manifest:
@@ -257,6 +280,7 @@ class _Reader:
             source=self.field(doc, "source", str, where),
             entry=self.field(doc, "entry", str, where, "main"),
             arch=self.field(doc, "arch", str, where, None),
+            compile_options=tuple(self.strings(doc, "compile_options", where, COMPILE_OPTIONS)),
             arena_bytes=self.field(doc, "arena_bytes", int, where, 0),
             inputs=tuple(self.spec(s, f"inputs[{i}]") for i, s in enumerate(self.field(doc, "inputs", list, where))),
             outputs=tuple(self.spec(s, f"outputs[{i}]") for i, s in enumerate(self.field(doc, "outputs", list, where))),
