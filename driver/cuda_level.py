@@ -84,7 +84,7 @@ def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kern
             if 0 in info.grid or 0 in info.block:
                 continue  # an empty iteration space: nothing to run
             args = [argument(v, f"launch of @{op.kernel_name}, argument {i}") for i, v in enumerate(op.operands) if i not in info.baked_args]
-            launches.append(Launch(info.name, info.grid, info.block, args, info.dynamic_shared_bytes))
+            launches.append(Launch(info.name, info.grid, info.block, args, info.dynamic_shared_bytes, info.static_shared_bytes))
         elif isinstance(op, loop.CopyOp) and op in cuda.fills:
             fill = cuda.kernel(cuda.fills[op])
             if op.target.type.num_elements:

@@ -119,7 +119,7 @@ def shared_memory_opt_ins(manifest: dict) -> dict[str, int]:
     """kernel -> the dynamic shared memory it must be allowed before its first launch."""
     needs: dict[str, int] = {}
     for launch in manifest["launches"]:
-        if launch.get("shared_opt_in", launch.get("shared_bytes", 0) > 48 * 1024):
+        if launch.get("shared_opt_in", launch.get("static_shared_bytes", 0) + launch.get("shared_bytes", 0) > 48 * 1024):
             needs[launch["kernel"]] = max(needs.get(launch["kernel"], 0), launch["shared_bytes"])
     return needs
 

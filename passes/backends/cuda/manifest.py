@@ -96,11 +96,13 @@ class Launch:
     block: tuple[int, int, int]
     args: tuple[Arg, ...]
     shared_bytes: int = 0  # dynamic shared memory
+    static_shared_bytes: int = 0  # the kernel's __shared__ arrays (informational: the loaded kernel knows it too)
 
     @property
     def shared_opt_in(self) -> bool:
-        """The kernel must be allowed this much dynamic shared memory before the launch."""
-        return self.shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT
+        """The kernel must be allowed `shared_bytes` of dynamic shared memory
+        before the launch: static + dynamic exceed the default 48 KiB."""
+        return self.static_shared_bytes + self.shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT
 
     def __post_init__(self):
         for name in ("grid", "block"):  # (x,), (x, y) and (x, y, z) are all fine
@@ -114,6 +116,7 @@ class Launch:
             "grid": list(self.grid),
             "block": list(self.block),
             "shared_bytes": self.shared_bytes,
+            "static_shared_bytes": self.static_shared_bytes,
             "shared_opt_in": self.shared_opt_in,
             "args": [a.to_dict() for a in self.args],
         }
@@ -194,8 +197,8 @@ class Manifest:
                 raise ManifestError(f"{where}: grid and block need one to three positive sizes")
             if math.prod(launch.block) > MAX_THREADS_PER_BLOCK:
                 raise ManifestError(f"{where}: a block of {math.prod(launch.block)} threads exceeds {MAX_THREADS_PER_BLOCK}")
-            if launch.shared_bytes < 0:
-                raise ManifestError(f"{where}: shared_bytes must not be negative")
+            if launch.shared_bytes < 0 or launch.static_shared_bytes < 0:
+                raise ManifestError(f"{where}: shared_bytes and static_shared_bytes must not be negative")
             for j, arg in enumerate(launch.args):
                 at = f"{where}.args[{j}]"
                 if isinstance(arg, TensorArg):
@@ -262,15 +265,17 @@ class _Reader:
         if not (1 <= len(grid) <= 3 and 1 <= len(block) <= 3):
             raise ManifestError(f"{where}: grid and block have one to three sizes")
         shared_bytes = self.field(obj, "shared_bytes", int, where, 0)
+        static_bytes = self.field(obj, "static_shared_bytes", int, where, 0)
         opt_in = self.field(obj, "shared_opt_in", bool, where, None)
-        if opt_in is not None and opt_in != (shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT):
-            raise ManifestError(f"{where}.shared_opt_in: must be {json.dumps(not opt_in)} for shared_bytes {shared_bytes} (the opt-in threshold is {DEFAULT_DYNAMIC_SHARED_LIMIT})")
+        if opt_in is not None and opt_in != (static_bytes + shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT):
+            raise ManifestError(f"{where}.shared_opt_in: must be {json.dumps(not opt_in)} for {static_bytes} static + {shared_bytes} dynamic shared bytes (the opt-in threshold is {DEFAULT_DYNAMIC_SHARED_LIMIT})")
         return Launch(
             kernel=self.field(obj, "kernel", str, where),
             grid=grid,
             block=block,
             args=tuple(self.arg(a, f"{where}.args[{i}]") for i, a in enumerate(self.field(obj, "args", list, where))),
             shared_bytes=shared_bytes,
+            static_shared_bytes=static_bytes,
         )
 
     def manifest(self, doc: Any) -> Manifest:
