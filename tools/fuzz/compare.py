@@ -4,10 +4,17 @@ program is well-conditioned.
 
   dtype   rtol      what it allows
   f32     1e-4      f32 arithmetic and library exp/tanh/erf vs float64, over a chain
-  f16     4e-3      ~4 ulp: a result rounded the other way after f32 vs float64
-  bf16    3e-2      ~4 ulp of bf16 (8 bits of mantissa)
+  f16     2.5e-4    less than 1 ulp: a stable element rounds as the oracle does
+  bf16    2e-3      less than 1 ulp of bf16 (8 bits of mantissa)
   ints    exact     wrap-around, saturating casts and division rules are exact
   i1      exact
+
+Narrow floats are held to the oracle's rounding exactly: an element whose
+value before rounding lies within the jitter (2^-16) of a rounding boundary
+is unstable and not judged; on every other one a target that rounds (or
+fails to round) differently is off by a whole ulp. With 4 ulp of slack, a
+missing bf16 rounding inside a fused kernel (issue 16.B) showed on 0.7% of
+seeds; held to the ulp, on 4%.
 
 An element passes when |target - oracle| <= rtol * (|oracle| + floor), with
 floor = 1e-3 * the largest finite |oracle| of that result (so values that
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RTOL = {"f32": 1e-4, "f16": 4e-3, "bf16": 3e-2}
+RTOL = {"f32": 1e-4, "f16": 2.5e-4, "bf16": 2e-3}
 FLOOR = 1e-3
 
 

@@ -7,7 +7,7 @@ numerics page (docs/semantics.md), sharing no code with the dialect's
 (f32, f16 and bf16 as the language says; integers wrap at their width), as
 every target must. A target computes in f32 where the oracle computes in
 float64 and may sum in another order, so `evaluate(..., jitter=rng)` moves
-every float result by up to 2^-18 of itself before it is rounded: where
+every float result by up to 2^-16 of itself before it is rounded: where
 that moves an output past the tolerance (a comparison of near-equal
 values, a cast near an integer, a cancellation), the program is
 ill-conditioned there and no target is held to one value
@@ -40,7 +40,7 @@ def wrap(x: np.ndarray, dtype: str) -> np.ndarray:
     return ((x + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1))
 
 
-JITTER = 2.0**-18
+JITTER = 2.0**-16
 
 
 def store(x, dtype: str, jitter: np.random.Generator | None = None) -> np.ndarray:
