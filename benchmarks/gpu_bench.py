@@ -305,8 +305,13 @@ def capture(stream, work: Callable):
         stream.begin_capture()
         try:
             result = work()
-        finally:
-            graph = stream.end_capture()
+        except BaseException:
+            try:  # end the capture, but report the work's error, not the capture's
+                stream.end_capture()
+            except Exception:
+                pass
+            raise
+        graph = stream.end_capture()
     return graph, result
 
 

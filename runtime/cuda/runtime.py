@@ -26,12 +26,12 @@ import numpy as np
 
 from fusecc.runtime import cache
 
+from fusecc.runtime.cuda.driver_check import driver_mismatch, dynamic_shared_opt_in, split_driver_version, wheel_cuda_majors
 from fusecc.runtime.cuda.execute import Bound, from_device_layout, gather_inputs, plan_memory, to_device_layout
 from fusecc.passes.backends.cuda.manifest import Manifest
 from fusecc.runtime.cuda.nvrtc import NvrtcOptions, compile_cuda, nvrtc_version
 from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME
 
-DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in
 
 
 class GpuUnavailable(RuntimeError):
@@ -52,6 +52,11 @@ def gpu_unavailable_reason() -> str | None:
     status = driver.cuInit(0)
     if status != 0:
         return f"the NVIDIA driver did not initialise (cuInit returned error {status})"
+    version = ctypes.c_int(0)
+    if driver.cuDriverGetVersion(ctypes.byref(version)) == 0:  # the first-contact check (driver_check.py)
+        problem = driver_mismatch(split_driver_version(version.value), wheel_cuda_majors())
+        if problem is not None:
+            return problem
     count = ctypes.c_int(0)
     if driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
         return "no CUDA device is visible"
@@ -118,10 +123,13 @@ class GpuProgram:
         with runtime.device, runtime.stream:  # zeroed on the stream that then uses it
             self.bound = Bound(manifest, runtime.cp.zeros(plan_memory(manifest).total_bytes, dtype=runtime.cp.uint8))
             self.kernels = {name: module.get_function(name) for name in manifest.kernel_names}
+        device_limit = runtime.cp.cuda.runtime.getDeviceProperties(runtime.device.id).get("sharedMemPerBlockOptin")
         for launch in manifest.launches:
             kernel = self.kernels[launch.kernel]
-            if launch.shared_bytes > max(DEFAULT_DYNAMIC_SHARED_LIMIT, kernel.max_dynamic_shared_size_bytes):
-                kernel.max_dynamic_shared_size_bytes = launch.shared_bytes
+            # static + dynamic over 48 KB needs the opt-in; only the loaded kernel knows its static size
+            allowed = dynamic_shared_opt_in(launch.kernel, kernel.shared_size_bytes, launch.shared_bytes, kernel.max_dynamic_shared_size_bytes, device_limit)
+            if allowed is not None:
+                kernel.max_dynamic_shared_size_bytes = allowed
         self.args = [tuple(self.bound.args(launch)) for launch in manifest.launches]
         self.graph = None
 
@@ -150,8 +158,14 @@ class GpuProgram:
             stream.begin_capture()
             try:
                 self._launch_each()
-            finally:
-                self.graph = stream.end_capture()
+            except BaseException:
+                # the launch's error is the one to report: end the capture, drop its own error
+                try:
+                    stream.end_capture()
+                except Exception:
+                    pass
+                raise
+            self.graph = stream.end_capture()
 
     def synchronize(self) -> None:
         try:
