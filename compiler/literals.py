@@ -17,7 +17,7 @@ import numpy as np
 from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import DiagnosticError, FileLineColLoc, FusedLoc, Location, NameLoc, UNKNOWN_LOC, error
 from fusecc.compiler.ir import Operation
-from fusecc.compiler.syntax import OpSyntax, lark_parser, token_piece
+from fusecc.compiler.syntax import OpSyntax, Piece, describe_unexpected, lark_parser, token_piece
 from fusecc.compiler.types import FunctionType, ScalarType, ShapedType, TypeSyntaxError, f32, i1, i64, parse_type_token
 
 
@@ -257,8 +257,13 @@ class LiteralReader:
         if found is None:
             try:
                 entries = lark_parser().parse(text, start="attributes_only")
-            except lark.exceptions.UnexpectedInput as exc:  # pragma: no cover - the token's regex admits only dictionaries
-                raise self.fail(token, f"malformed attribute dictionary: {exc}") from None
+            except lark.exceptions.UnexpectedInput as exc:  # the token's regex admits {name = <anything>}
+                saved, self._origin = self._origin, (token.line, token.column)
+                try:
+                    where = self.at(Piece(getattr(exc, "line", 1), getattr(exc, "column", 1), ""))
+                finally:
+                    self._origin = saved
+                raise error(where, f"malformed attribute dictionary: {describe_unexpected(exc)}") from None
             # Positions inside `text` are relative; errors point at the token.
             saved, self._origin = self._origin, (token.line, token.column)
             try:

@@ -141,6 +141,15 @@ _TERMINAL_NAMES = {
     "FUNC_KW": "'func.func'",
     "MODULE_KW": "'module'",
     "LOC_KW": "'loc'",
+    "ATTR_DICT": "an attribute dictionary '{name = value, ...}'",
+    "ATTRIBUTES": "'attributes'",
+    "DENSE": "'dense<...>'",
+    "DENSE_RESOURCE": "'dense_resource<...>'",
+    "TRUE": "'true'",
+    "FALSE": "'false'",
+    "UNIT": "'unit'",
+    "UNKNOWN": "'unknown'",
+    "FUSED": "'fused'",
     "$END": "end of input",
 }
 
@@ -403,10 +412,61 @@ def _describe_expected(expected) -> str:
     if len(expected & _OP_STARTS) >= 3:
         expected -= _OP_STARTS
         names.append("an operation")
-    names += sorted({_TERMINAL_NAMES.get(e, f"'{e.lower()}'" if e.isupper() and len(e) < 12 else e) for e in expected})
+    names += sorted({_terminal_name(e) for e in expected})
     if len(names) > 6:
         names = names[:6] + ["..."]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _terminal_name(name: str) -> str:
+    """What a user calls a terminal: never the grammar's own name (ATTR_DICT,
+    __ANON_3). A terminal missing from the table shows its literal text if it
+    has one."""
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    pattern = next((t.pattern for t in lark_parser().terminals if t.name == name), None)
+    if isinstance(pattern, lark.lexer.PatternStr):
+        return f"'{pattern.value}'"
+    return "another token"
+
+
+# `tensor.constant dense<1.0> : tensor<4xf32>` (MLIR's arith.constant form) and
+# `arith.constant 1.0 : f32`: say what to write instead of what the grammar expected.
+_CONSTANT_OP = re.compile(r"((?:tensor|arith)\.constant)\s*$")
+_CONSTANT_REST = re.compile(r"^\s*((?:dense|dense_resource)<.*>|[-+0-9.eE]+|true|false)\s*:\s*(\S+)")
+
+
+def _constant_hint(text: str, line: int, column: int) -> str | None:
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines):
+        return None
+    before, after = lines[line - 1][: column - 1], lines[line - 1][column - 1 :]
+    op = _CONSTANT_OP.search(before)
+    if op is None:
+        return None
+    rest = _CONSTANT_REST.match(after)
+    value, type_text = (rest.group(1), rest.group(2)) if rest else ("dense<...>", "tensor<...>")
+    if not type_text.startswith("tensor<"):
+        element = type_text
+        type_text = f"tensor<{element}>"
+        if not value.startswith("dense"):
+            value = f"dense<{value}>"
+    elif not value.startswith("dense"):
+        value = f"dense<{value}>"
+    return (f"a constant takes its value as the 'value' attribute: write "
+            f"'tensor.constant {{value = {value} : {type_text}}} : () -> {type_text}'"
+            + (f" ('{op.group(1)} <value> : <type>' is MLIR's spelling, not this language's)" if rest else ""))
+
+
+def describe_unexpected(exc: lark.exceptions.UnexpectedInput) -> str:
+    """The message of a syntax error, in the user's terms, without a position."""
+    if isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        char = getattr(exc, "char", "?")
+        return "unterminated string" if char == '"' else f"unexpected character '{char}'"
+    if isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type != "$END":
+        return f"expected {_describe_expected(exc.expected)}, got '{exc.token}'"
+    expected = getattr(exc, "expected", None)
+    return "unexpected end of input" + (f"; expected {_describe_expected(expected)}" if expected else "")
 
 
 def _end_position(text: str) -> tuple[int, int]:
@@ -419,15 +479,10 @@ def _end_position(text: str) -> tuple[int, int]:
 def syntax_error(exc: lark.exceptions.UnexpectedInput, text: str, filename: str, line_offset: int) -> DiagnosticError:
     line = getattr(exc, "line", 1)
     column = getattr(exc, "column", 1)
-    if isinstance(exc, lark.exceptions.UnexpectedCharacters):
-        char = getattr(exc, "char", "?")
-        message = "unterminated string" if char == '"' else f"unexpected character '{char}'"
-    elif isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type != "$END":
-        message = f"expected {_describe_expected(exc.expected)}, got '{exc.token}'"
-    else:
-        expected = getattr(exc, "expected", None)
-        message = "unexpected end of input" + (f"; expected {_describe_expected(expected)}" if expected else "")
+    message = describe_unexpected(exc)
+    if not isinstance(exc, lark.exceptions.UnexpectedCharacters) and not (isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type != "$END"):
         line, column = _end_position(text)
     if line in (None, -1):
         line, column = 1, 1
+    message = _constant_hint(text, line, column) or message
     return error(FileLineColLoc(filename, line + line_offset, column), message)

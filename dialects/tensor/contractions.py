@@ -46,6 +46,8 @@ def swap_last_two(shape: tuple[int, ...], flag: bool, what: str) -> tuple[int, .
 
 @register_op
 class MatmulOp(TensorOp):
+    """np.matmul(a, b) after the optional swap of the last two axes of a (`transpose_a`) or b (`transpose_b`); batch dims broadcast."""
+
     name = "tensor.matmul"
     traits = frozenset({Pure, Contraction})
     operand_defs = (OperandDef("lhs"), OperandDef("rhs"))

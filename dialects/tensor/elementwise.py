@@ -30,6 +30,8 @@ from .numerics import compute_view, divide, erf, power, to_storage
 
 @register_op
 class ConstantOp(TensorOp):
+    """The value of its `value` attribute: `dense<...>` or `dense_resource<name>`."""
+
     name = "tensor.constant"
     traits = frozenset({Pure, ConstantLike})
     attr_defs = (AttrDef("value", DENSE, REQUIRED),)
@@ -190,6 +192,8 @@ COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equa
 
 @register_op
 class CmpOp(TensorOp):
+    """a <predicate> b elementwise, broadcasting: an i1 tensor (NaN compares as in numpy: only `ne` holds)."""
+
     name = "tensor.cmp"
     traits = frozenset({Pure, Elementwise, Broadcasting})
     operand_defs = (OperandDef("lhs"), OperandDef("rhs"))

@@ -19,6 +19,8 @@ from .base import TensorOp, expect_same_element_type, expect_tensor, normalize_a
 
 @register_op
 class ReshapeOp(TensorOp):
+    """x.reshape(result shape): the same elements in row-major order."""
+
     name = "tensor.reshape"
     traits = frozenset({Pure, Injective})
     operand_defs = (OperandDef("input"),)
@@ -44,6 +46,8 @@ class ReshapeOp(TensorOp):
 
 @register_op
 class TransposeOp(TensorOp):
+    """np.transpose(x, perm)."""
+
     name = "tensor.transpose"
     traits = frozenset({Pure, Injective})
     operand_defs = (OperandDef("input"),)
@@ -65,6 +69,8 @@ class TransposeOp(TensorOp):
 
 @register_op
 class BroadcastToOp(TensorOp):
+    """np.broadcast_to(x, result shape)."""
+
     name = "tensor.broadcast_to"
     traits = frozenset({Pure, Injective, Broadcasting})
     operand_defs = (OperandDef("input"),)
@@ -125,6 +131,8 @@ def slice_bounds(shape, start, stop, step) -> list[SliceAxis]:
 
 @register_op
 class SliceOp(TensorOp):
+    """x[start:stop:step] on each axis (Python's clamping; `step` defaults to 1, may be negative)."""
+
     name = "tensor.slice"
     traits = frozenset({Pure, Injective})
     operand_defs = (OperandDef("input"),)
@@ -155,6 +163,8 @@ class SliceOp(TensorOp):
 
 @register_op
 class ConcatOp(TensorOp):
+    """np.concatenate(inputs, axis)."""
+
     name = "tensor.concat"
     traits = frozenset({Pure, Injective})
     operand_defs = (OperandDef("inputs", variadic=True),)

@@ -81,6 +81,10 @@ ReduceSumOp = _reduce("tensor.reduce_sum", NUMERIC, np.sum)
 ReduceMaxOp = _reduce("tensor.reduce_max", ANY_ELEMENT, np.max, has_identity=False)
 ReduceMinOp = _reduce("tensor.reduce_min", ANY_ELEMENT, np.min, has_identity=False)
 ReduceMeanOp = _reduce("tensor.reduce_mean", FLOAT_ONLY, np.mean)
+ReduceSumOp.__doc__ = "np.sum(x, axis=axes, keepdims=keepdims); without `axes`, every axis."
+ReduceMaxOp.__doc__ = "np.max(x, axis=axes, keepdims=keepdims) (NaN propagates; an empty axis is an error)."
+ReduceMinOp.__doc__ = "np.min(x, axis=axes, keepdims=keepdims) (NaN propagates; an empty axis is an error)."
+ReduceMeanOp.__doc__ = "np.mean(x, axis=axes, keepdims=keepdims)."
 
 
 # --------------------------------------------------------------------------- normalisations
@@ -88,6 +92,8 @@ ReduceMeanOp = _reduce("tensor.reduce_mean", FLOAT_ONLY, np.mean)
 
 @register_op
 class SoftmaxOp(TensorOp):
+    """exp(x - max) / sum(exp(x - max)) along `axis`."""
+
     name = "tensor.softmax"
     traits = frozenset({Pure, Composite})
     operand_defs = (OperandDef("input"),)
@@ -136,6 +142,8 @@ class NormOp(TensorOp):
 
 @register_op
 class LayerNormOp(NormOp):
+    """(x - mean) / sqrt(var + epsilon) * gamma + beta over the last axis (biased variance)."""
+
     name = "tensor.layernorm"
     operand_defs = (OperandDef("input"), OperandDef("gamma"), OperandDef("beta"))
     attr_defs = (AttrDef("epsilon", FLOAT, 1e-5),)
@@ -148,6 +156,8 @@ class LayerNormOp(NormOp):
 
 @register_op
 class RmsNormOp(NormOp):
+    """x / sqrt(mean(x²) + epsilon) * gamma over the last axis."""
+
     name = "tensor.rmsnorm"
     operand_defs = (OperandDef("input"), OperandDef("gamma"))
     attr_defs = (AttrDef("epsilon", FLOAT, 1e-6),)
