@@ -20,7 +20,7 @@ from fusecc.tools.fuzz.program import Function, Op, Program, Type, print_program
 from fusecc.tools.fuzz.reduce import reduce_case
 from fusecc.tools.fuzz.run import check_invalid_variant, run_case
 
-SLICE = range(0, 240)  # the CI slice: reference + CPU
+SLICE = range(0, 240)  # the CI slice: reference, CPU, CUDA C emitted
 HARNESS = range(0, 240, 40)  # and the CUDA C on the CPU harness for these
 
 
@@ -29,10 +29,10 @@ def _slice_ids(size: int):
 
 
 @pytest.mark.parametrize("seeds", _slice_ids(40), ids=lambda r: f"{r.start}-{r.stop}")
-def test_the_ci_slice_passes_on_the_reference_and_the_cpu(seeds):
+def test_the_ci_slice_passes_on_every_target(seeds):
     failures = []
     for seed in seeds:
-        targets = ["reference", "cpu"] + (["harness"] if seed in HARNESS else [])
+        targets = ["reference", "cpu", "cuda-emit"] + (["harness"] if seed in HARNESS else [])
         outcome = run_case(generate(seed), targets, invalid=seed % 5 == 0)
         failures += [f"seed {seed}: {t}: {outcome.classes[t]}: {outcome.details.get(t, '')}" for t in outcome.failed()]
     assert failures == []

@@ -1,7 +1,8 @@
 """Running a case on each target and classing the outcome.
 
 Classes of a valid program, per target:
-  ok        every result meets the oracle (compare.py)
+  ok        every result meets the oracle (compare.py); for cuda-emit, the
+            CUDA C and its manifest were emitted
   mismatch  a result differs (value, shape, dtype or count)
   crash     an internal compiler error (exit 2) or any other exception
   refused   a located error or usage error (exit 1) for a valid program
@@ -26,7 +27,7 @@ from fusecc.tools.fuzz.compare import compare_results, stable_mask
 from fusecc.tools.fuzz.generate import Case
 from fusecc.tools.fuzz.program import infer_types, print_program
 
-TARGETS = ("reference", "cpu", "harness")
+TARGETS = ("reference", "cpu", "cuda-emit", "harness")
 SOURCE = "fuzz.ir"
 
 
@@ -80,7 +81,20 @@ def run_harness(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [outputs[spec.name] for spec in manifest.outputs]
 
 
-RUNNERS = {"reference": run_reference, "cpu": run_cpu, "harness": run_harness}
+def emit_cuda(text: str, inputs: list[np.ndarray]) -> None:
+    """The CUDA C and manifest `fusecc x.ir -o kernels.cu` writes, not run
+    (50 ms a program, so every seed gets it; the harness runs a subset)."""
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.compiler.pass_manager import PassContext
+
+    try:
+        from fusecc.driver.cuda_target import compile_program
+    except ImportError:
+        from fusecc.driver.cuda_level import compile_program
+    compile_program(_parse(text), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
+
+
+RUNNERS = {"reference": run_reference, "cpu": run_cpu, "cuda-emit": emit_cuda, "harness": run_harness}
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
@@ -117,6 +131,9 @@ def run_case(case: Case, targets=("reference", "cpu"), invalid: bool = False) ->
                 got = RUNNERS[target](text, [x.copy() for x in case.inputs])
         except Exception as exc:  # noqa: BLE001 - every failure is a finding to class
             outcome.classes[target], outcome.details[target] = classify_exception(exc)
+            continue
+        if got is None:  # emitted, nothing to compare
+            outcome.classes[target] = "ok"
             continue
         verdict = compare_results(got, expected, masks, dtypes)
         outcome.classes[target] = "ok" if verdict.ok else "mismatch"
