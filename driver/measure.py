@@ -21,7 +21,10 @@ What each figure is:
   allocates, bytes shared by liveness);
 * time: the median wall time of a whole run (inputs in, outputs out), and
   per step the median of the runtime's per-launch profile;
-* achieved GB/s: bytes moved / step time.
+* achieved GB/s: bytes moved / step time;
+* achieved GFLOP/s: the group's FLOPs (the cost model's) credited to the
+  kernels that execute them (`driver/kernel_work.py`), / step time; pack
+  kernels and copies compute nothing and show no rate.
 
 The modelled figures beside them are `driver/reporting.py`'s, from the cost
 model of the same target, on the very groups that were compiled.
@@ -49,6 +52,7 @@ from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
 from fusecc.driver import reporting
+from fusecc.driver.kernel_work import credited_flops, kernel_work
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import PHASES
 from fusecc.passes.memory.plan import kernels_by_name
@@ -145,6 +149,7 @@ class Step:
     group: int | None
     bytes_read: int
     bytes_written: int
+    executed_flops: float = 0.0  # what one launch executes (kernel_work, from its loop IR; 0 for packs and copies)
     seconds: list[float] = field(default_factory=list)  # one per timed run
 
     @property
@@ -191,15 +196,17 @@ def schedule_steps(schedule: loop.ScheduleOp) -> list[Step]:
     """The launches and copies of a schedule, in order, with their bytes."""
     kernels = kernels_by_name(schedule)
     accesses: dict[str, tuple[set[int], set[int]]] = {}
+    work: dict[str, float] = {}
     steps = []
     for op in schedule.body:
         if isinstance(op, loop.LaunchOp):
             kernel = kernels[op.kernel_name]
             if op.kernel_name not in accesses:
                 accesses[op.kernel_name] = accessed_arguments(kernel)
+                work[op.kernel_name] = kernel_work(kernel).flops
             read, written = accesses[op.kernel_name]
             size = [v.type.byte_size if isinstance(v.type, MemRefType) else 0 for v in op.operands]
-            steps.append(Step(op.kernel_name, kernel.attr("kind") or "?", kernel.attr("group"), sum(size[i] for i in read), sum(size[i] for i in written)))
+            steps.append(Step(op.kernel_name, kernel.attr("kind") or "?", kernel.attr("group"), sum(size[i] for i in read), sum(size[i] for i in written), work[op.kernel_name]))
         elif isinstance(op, loop.CopyOp):
             size = op.source.type.byte_size
             steps.append(Step("copy", "copy", None, size, size))
@@ -316,8 +323,9 @@ def variant_data(variant: Variant, error: float) -> dict:
     medians = [statistics.median(s.seconds) if s.seconds else 0.0 for s in variant.steps]
     in_steps = sum(medians)
     groups = {g["id"]: g for g in variant.model["groups"]}
+    credited = credited_flops(variant.steps, {gid: g["flops"] for gid, g in groups.items()})
     kernels, modelled = [], set()
-    for step, seconds in zip(variant.steps, medians, strict=True):
+    for step, seconds, flops in zip(variant.steps, medians, credited, strict=True):
         group = groups.get(step.group)
         first_of_group = group is not None and step.group not in modelled
         modelled.add(step.group)
@@ -331,8 +339,11 @@ def variant_data(variant: Variant, error: float) -> dict:
                 "bytes_read": step.bytes_read,
                 "bytes_written": step.bytes_written,
                 "gb_per_second": step.bytes_moved / seconds / 1e9 if seconds else 0.0,
-                # the cost model's flops of the group (the work the lowering may redo is not counted)
-                "gflop_per_second": group["flops"] / seconds / 1e9 if first_of_group and seconds else None,
+                # the group's FLOPs credited to the kernels that execute them (driver/kernel_work.py):
+                # a pack kernel or a copy has none
+                "flops": flops,
+                "executed_flops": step.executed_flops,
+                "gflop_per_second": flops / seconds / 1e9 if flops and seconds else None,
                 # the cost model's figures for the group, on its first launch
                 "modelled_seconds": group["time_seconds"] if first_of_group else None,
                 "modelled_bytes": group["bytes_moved"] if first_of_group else None,

@@ -32,7 +32,7 @@ from fusecc.compiler.verifier import verify
 
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import PHASES, Fuse, FusionResult, fuse_module
-from fusecc.passes.fusion.partition import is_fusable
+from fusecc.passes.fusion.partition import FORBID, flag, is_fusable
 from fusecc.driver.pipelines import pipeline_for_level
 
 
@@ -101,6 +101,8 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine, enable
                 "kind": group.attr("kind"),
                 "ops": [op.name for op in ops],
                 "names": [log.name(op) for op in ops],
+                "locations": [source_location(op.location) for op in ops],
+                "forbidden": [[log.name(op), source_location(op.location)] for op in ops if flag(op, FORBID)],
                 "bytes_moved": cost.bytes_moved,
                 "flops": cost.flops,
                 "registers_per_thread": cost.registers_per_thread,
@@ -108,26 +110,26 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine, enable
                 "time_seconds": cost.time_seconds,
             }
         )
-    unfused = []
+    unfused, declined = [], []
     for log, _ in result.logs:
         for refusal in log.refusals:
-            if refusal.structural:
-                continue
             mine, theirs = group_of.get(refusal.op), group_of.get(refusal.partner)
             if mine is not None and mine is theirs:
                 continue  # fused in the end, by another route
             producer, consumer = (theirs, refusal.partner), (mine, refusal.op)
             if not refusal.partner_feeds_op:
                 producer, consumer = consumer, producer
-            unfused.append(
-                {
-                    "producer": log.name(producer[1]),
-                    "producer_group": producer[0].attr("id") if producer[0] is not None else None,
-                    "consumer": log.name(consumer[1]),
-                    "consumer_group": consumer[0].attr("id") if consumer[0] is not None else None,
-                    "reason": refusal.reason,
-                }
-            )
+            entry = {
+                "producer": log.name(producer[1]),
+                "producer_group": producer[0].attr("id") if producer[0] is not None else None,
+                "consumer": log.name(consumer[1]),
+                "consumer_group": consumer[0].attr("id") if consumer[0] is not None else None,
+                "reason": refusal.reason,
+            }
+            # every refusal, legality ones too, with where the consumer is (fusecc profile)
+            declined.append({**entry, "structural": refusal.structural, "consumer_op": consumer[1].name, "consumer_location": source_location(consumer[1].location)})
+            if not refusal.structural:
+                unfused.append(entry)
     return {
         "target": hw.name,
         "arch": hw.arch,
@@ -135,7 +137,22 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine, enable
         "after": asdict(after),
         "groups": rows,
         "unfused": unfused,
+        "declined": declined,
     }
+
+
+def source_location(location) -> str:
+    """`file:line:col` of a location, or its names (an imported model's nodes)."""
+    from fusecc.compiler.diagnostics import FusedLoc, NameLoc
+
+    found = location.file_line_col() if location is not None else None
+    if found is not None:
+        return f"{found.file}:{found.line}:{found.col}"
+    if isinstance(location, NameLoc):
+        return location.name
+    if isinstance(location, FusedLoc):
+        return ", ".join(filter(None, (source_location(l) for l in location.locations)))
+    return ""
 
 
 def ratio(before: float, after: float, better: str, worse: str = "worse") -> str:

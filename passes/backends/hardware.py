@@ -34,6 +34,20 @@ class Hardware:
     # clock (32 banks): how many FMAs a thread must issue per shared load for the
     # FMA units, not shared memory, to set the pace. 128/32 on sm_90, 64/32 on sm_80.
     fma_per_shared_word: int = 1
+    # Physical ceilings, for checking measurements (no kernel can beat them),
+    # never for modelling: the most FLOP/s the chip's FMA units can issue, and
+    # the most bytes/s its closest memory (L1) delivers summed over cores/SMs,
+    # so that data already in cache is bounded too. 0 means: use the peaks above.
+    ceiling_flops: float = 0.0
+    ceiling_bandwidth: float = 0.0
+
+    @property
+    def flops_ceiling(self) -> float:
+        return self.ceiling_flops or max(self.peak_flops, self.peak_tensor_flops)
+
+    @property
+    def bandwidth_ceiling(self) -> float:
+        return self.ceiling_bandwidth or self.memory_bandwidth
 
     @property
     def is_gpu(self) -> bool:
@@ -59,6 +73,8 @@ H200 = Hardware(
     cache_bytes=50 * 1024 * 1024,
     buffer_alignment=256,
     fma_per_shared_word=4,
+    ceiling_flops=989e12,  # dense bf16 tensor cores
+    ceiling_bandwidth=132 * 128 * 1.98e9,  # 128 B/clock of L1 per SM at the boost clock
 )
 
 A100 = Hardware(
@@ -80,6 +96,8 @@ A100 = Hardware(
     cache_bytes=40 * 1024 * 1024,
     buffer_alignment=256,
     fma_per_shared_word=2,
+    ceiling_flops=312e12,
+    ceiling_bandwidth=108 * 128 * 1.41e9,
 )
 
 # Our CI machine: 2 cores of an AVX-512 EPYC, ~25 GB/s DRAM copy. The flop
@@ -106,6 +124,11 @@ CPU = Hardware(
     sm_count=2,
     max_ops_per_group=128,
     cache_bytes=32 * 1024 * 1024,
+    # 2 cores x 2 AVX-512 FMA pipes x 16 lanes x 2 FLOPs at 4 GHz (above any
+    # turbo of the CI machines' 2.6 GHz Xeons); L1: two 64-byte loads and one
+    # store per clock per core at the same 4 GHz.
+    ceiling_flops=2 * 2 * 16 * 2 * 4e9,
+    ceiling_bandwidth=2 * 3 * 64 * 4e9,
 )
 
 HARDWARE = {h.name: h for h in (H200, A100, CPU)}
