@@ -191,7 +191,10 @@ class FunctionLowering:
         first = lowered is None
         if first:
             try:
-                lowered = self.lowered[key] = fn(group, self.hw)
+                # A group whose results are all empty computes nothing: no kernel
+                # (templates index blocks by sizes that are 0 here).
+                empty = all(r.type.num_elements == 0 for r in group.results)
+                lowered = self.lowered[key] = LoweredGroup() if empty else fn(group, self.hw)
             except LoweringError as exc:
                 # Fusion forms only groups the templates can lower, so this is fusecc's bug.
                 refused = error(group.location, f"cannot lower group {group.attr('id')} ({kind}): {exc}")
