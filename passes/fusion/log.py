@@ -53,14 +53,21 @@ class FusionLog:
         self.duplicated: dict[Operation, Operation] = {}  # clone -> original
         self.created: set[Operation] = set()  # made by a rewrite; notes explain them
 
-    def name(self, op: Operation | None) -> str:
-        """`%7` as the user wrote it, or a description of an op a rewrite made."""
+    def name(self, op: Operation | None, at: Location | None = None) -> str:
+        """`%7` as the user wrote it, or a description of an op a rewrite made
+        (its line, unless that is the line `at` of the remark naming it)."""
         if op is None:
             return "?"
         if op.results and op.results[0] in self.names:
             return self.names[op.results[0]]
         position = op.location.file_line_col()
-        return f"the {op.name} at line {position.line}" if position else f"a {op.name}"
+        here = at.file_line_col() if at is not None else None
+        made = " a rewrite made" if op in self.created else ""
+        if position is None:
+            return f"{article(op.name)} {op.name}{made}"
+        if here is not None and (here.file, here.line) == (position.file, position.line):
+            return f"the {op.name}{made or ' on this line'}" + (" here" if made else "")
+        return f"the {op.name}{made} at line {position.line}"
 
     def refuse(self, op: Operation, partner: Operation | None, reason: str, structural: bool = False) -> None:
         key = (op, partner, reason)
@@ -85,10 +92,16 @@ class FusionLog:
 
         for location, text, op in self.notes:
             remarks.append((location, text.format(group=label(where.get(op)))))
-        refused = set()
+        involved: dict[Operation, list[str]] = {}  # op -> why it was not fused with each neighbour
         for r in self.refusals:
-            refused.add(r.op)
-            remarks.append((r.op.location, f"not fused with {self.name(r.partner)}: {r.reason}"))
+            subject = f"{self.name(r.op, r.op.location)} is " if r.op in self.created else ""
+            remarks.append((r.op.location, _refusal_text(subject, self.name(r.partner, r.op.location), r.reason)))
+            involved.setdefault(r.op, []).append(f"{self.name(r.partner, r.op.location)} ({r.reason})")
+            if r.partner is not None:
+                # the same decision seen from the partner: "it" in the reason is r.op
+                reason = r.reason[3:] if r.reason.startswith("it ") else r.reason
+                prefix = "which " if r.reason.startswith("it ") else ""
+                involved.setdefault(r.partner, []).append(f"{self.name(r.op, r.partner.location)} ({prefix}{reason})")
         for group in groups:
             body = group.body_ops()
             yielded = set(group.yield_op.operands)
@@ -98,8 +111,8 @@ class FusionLog:
                     continue
                 if len(computing) == 1:
                     text = f"alone in {label(group)}"
-                    if op not in refused:
-                        text += ": no fusible producer or consumer"
+                    reasons = involved.get(op, [])
+                    text += ": not fused with " + "; nor with ".join(reasons) if reasons else ": no fusible producer or consumer"
                     remarks.append((op.location, text))
                     continue
                 saved = 0
@@ -115,6 +128,11 @@ class FusionLog:
                     remarks.append((original.location, f"duplicated into {label(group)}: recomputing it is cheaper than storing it"))
         for location, text in sorted(remarks, key=lambda item: _sort_key(item[0])):
             diagnostics.remark(location, text)
+
+
+def _refusal_text(subject: str, partner: str, reason: str) -> str:
+    """'not fused with %x: why', or with a subject for an op a rewrite made."""
+    return f"{subject}not fused with {partner}: {reason}" if subject else f"not fused with {partner}: {reason}"
 
 
 def _sort_key(location: Location):
