@@ -13,7 +13,7 @@ import pytest
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCE_ROOTS = ("api", "compiler", "dialects", "passes", "runtime", "driver", "frontends", "tools")
+SOURCE_ROOTS = ("api", "compiler", "dialects", "passes", "runtime", "driver", "frontends", "tools", "examples")
 
 
 def pyproject() -> dict:
@@ -78,5 +78,9 @@ def test_installed_files_lie_only_under_fusecc(tmp_path):
     for package in package_folders():
         assert package.replace(".", "/") + "/__init__.py" in files
     assert "fusecc/compiler/parser.py" in files and "fusecc/tools/opt.py" in files
+    # issue 14.8: the examples ship in the wheel (python -m fusecc.examples says where)
+    shipped = {p.name for p in (ROOT / "examples").glob("*.ir")}
+    assert shipped and all(f"fusecc/examples/{name}" in files for name in shipped)
+    assert {"fusecc/examples/host/launch.py", "fusecc/examples/host/launch.cpp", "fusecc/examples/README.md"} <= set(files)
     # The CUDA tools read these at run time (package-data in pyproject.toml).
     assert {"fusecc/runtime/cuda/cpu_harness/cuda_cpu.h", "fusecc/passes/backends/cuda/fusecc_cuda.cuh"} <= set(files)
