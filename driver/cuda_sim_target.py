@@ -11,6 +11,7 @@ import shutil
 
 from fusecc.compiler.diagnostics import InternalCompilerError
 from fusecc.compiler.pass_manager import PassContext
+from fusecc.compiler.progress import working
 from fusecc.driver.cuda_level import PHASE, build_manifest
 from fusecc.driver.target_base import Target
 from fusecc.passes.backends.cuda.emit import EmitError
@@ -43,7 +44,8 @@ class CudaSimTarget(Target):
             manifest = build_manifest(module, cuda, "kernels.cu", arch, entry)
         except EmitError as exc:
             raise InternalCompilerError(PHASE, exc) from None
-        CpuModule.compile(cuda.text, manifest.source)  # built now (and cached), so that run() only loads it
+        with working(f"compiling {len(cuda.kernels)} CUDA kernels for the CPU harness (C++)"):
+            CpuModule.compile(cuda.text, manifest.source)  # built now (and cached), so that run() only loads it
 
         def run(inputs):
             outputs = run_on_cpu(manifest, cuda.text, inputs)

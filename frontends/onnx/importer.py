@@ -21,6 +21,7 @@ from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.diagnostics import NameLoc
 from fusecc.compiler.ir import Operation
+from fusecc.compiler.progress import progress
 from fusecc.compiler.types import FunctionType, TensorType
 from fusecc.compiler.verifier import verify
 from fusecc.dialects.builtin import ModuleOp
@@ -74,7 +75,7 @@ def import_onnx(
     env: dict[str, object] = dict(initializers)
     cx.constant_names = {id(array): name for array, name in zip(initializers.values(), ssa_names(list(initializers)))}
     env.update({i.name: arg for i, arg in zip(inputs, func.body.args)})
-    for node in nodes:
+    for node in progress(nodes, f"importing {len(nodes)} ONNX nodes", total=len(nodes)):
         translate_node(cx, node, env)
 
     results = []

@@ -26,6 +26,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from fusecc.passes.backends.llvm.host import host_cpu_features, host_cpu_name, host_isa, initialise_native  # noqa: F401 (host_isa: the executor asks here)
+from fusecc.compiler.progress import working
 from fusecc.runtime import cache
 
 OPT_LEVEL = 3
@@ -150,7 +151,8 @@ def compile_ir(text: str, symbols) -> CompiledModule:
         found = _compiled.get(key)
     if found is not None:
         return found
-    obj, from_disk = _cached_object(text)
+    with working(f"compiling {len(symbols)} CPU kernels with LLVM"):  # a bar on a terminal past a second
+        obj, from_disk = _cached_object(text)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
