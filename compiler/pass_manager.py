@@ -401,9 +401,14 @@ def _verify_after(p: Pass, op: Operation) -> None:
         raise InternalCompilerError(f"the verifier after pass '{p.name}'", exc) from exc
 
 
-def list_passes() -> str:
+TEST_PASS_PREFIX = "test-"  # passes that exist for tests (mlir-opt's convention): listed only when asked
+
+
+def list_passes(include_test: bool = False) -> str:
     out = io.StringIO()
     for cls in all_pass_classes():
+        if cls.name.startswith(TEST_PASS_PREFIX) and not include_test:
+            continue
         options = ", ".join(f"{f.name.replace('_', '-')}={_format_option(f.default)}" for f in dataclasses.fields(cls))
         out.write(f"  {cls.name:<28} {cls.summary}\n")
         if options:

@@ -34,11 +34,12 @@ import json
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from fusecc.compiler.diagnostics import DiagnosticEngine
+from fusecc.compiler.progress import progress
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
@@ -52,9 +53,6 @@ from fusecc.runtime.reference import evaluate
 MIN_KERNEL_SECONDS = 1e-3  # per kernel, summed over rounds: 10^6 ticks of perf_counter, far above its call overhead
 MAX_ROUNDS = 1000
 
-Progress = Callable[[Iterable, int, str], Iterable]  # (iterable, total, description) -> the same items
-
-
 @dataclass
 class ProfileRun:
     variant: measure.Variant
@@ -65,11 +63,7 @@ class ProfileRun:
     entry: str
 
 
-def _no_progress(items: Iterable, total: int, description: str) -> Iterable:
-    return items
-
-
-def time_steps(variant: measure.Variant, inputs, entry: str, warmup: int, repeat: int, progress: Progress = _no_progress, min_kernel_seconds: float = MIN_KERNEL_SECONDS) -> int:
+def time_steps(variant: measure.Variant, inputs, entry: str, warmup: int, repeat: int, min_kernel_seconds: float = MIN_KERNEL_SECONDS) -> int:
     """Warm up, then time `repeat` rounds or more (see the module doc); the
     per-launch times go to `variant.steps[i].seconds`. Returns the rounds run."""
     for _ in range(warmup):
@@ -91,7 +85,7 @@ def time_steps(variant: measure.Variant, inputs, entry: str, warmup: int, repeat
     gc.collect()
     gc.disable()  # a collection inside one launch would count against it alone
     try:
-        for _ in progress(range(repeat), repeat, "timing"):
+        for _ in progress(range(repeat), "timing the kernels", total=repeat):
             one_round()
             rounds += 1
         while rounds < MAX_ROUNDS and any(sum(s.seconds) < min_kernel_seconds for s in variant.steps):
@@ -103,7 +97,7 @@ def time_steps(variant: measure.Variant, inputs, entry: str, warmup: int, repeat
     return rounds
 
 
-def run_profile(module: Operation, entry: str, measurer, inputs: Sequence[np.ndarray] | None = None, warmup: int = 2, repeat: int = 10, seed: int = 0, engine: DiagnosticEngine | None = None, progress: Progress = _no_progress) -> ProfileRun:
+def run_profile(module: Operation, entry: str, measurer, inputs: Sequence[np.ndarray] | None = None, warmup: int = 2, repeat: int = 10, seed: int = 0, engine: DiagnosticEngine | None = None) -> ProfileRun:
     """Compile `module` (left as it is) fused for the measurer's target,
     check it against the reference and time it."""
     engine = engine or DiagnosticEngine()
@@ -113,7 +107,7 @@ def run_profile(module: Operation, entry: str, measurer, inputs: Sequence[np.nda
     with np.errstate(all="ignore"):
         want = evaluate(module, entry, inputs)
     error = measure.compare(variant.program.run(inputs, entry), want)
-    rounds = time_steps(variant, inputs, entry, warmup, repeat, progress)
+    rounds = time_steps(variant, inputs, entry, warmup, repeat)
     return ProfileRun(variant, hardware(measurer.target), measurer.describe(), rounds, error, entry)
 
 

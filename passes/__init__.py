@@ -17,5 +17,7 @@ for _name, _target in {
     "legalize": "fusecc.passes.backends.legalize:Legalize",
     "place-barriers": "fusecc.passes.lowering.barriers:PlaceBarriers",
     "fuse": "fusecc.passes.fusion.fuse:Fuse",
+    # test-only passes (mlir-opt's convention): hidden from --list-passes, never in a default pipeline
+    "test-inject-fault": "fusecc.passes.transforms.inject_fault:InjectFault",
 }.items():
     register_pass(_name, _target)

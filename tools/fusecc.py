@@ -38,7 +38,7 @@ from fusecc.tools import model_options
 from fusecc.tools.common import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, ArgumentParser, guarded_main, phase, read_source, write_output
 from fusecc.tools.target_options import COMPILE_TARGETS, TargetChoice, add_target_options, resolve_target
 
-SUBCOMMANDS = ("run", "explain", "report", "cache", "import")
+SUBCOMMANDS = ("run", "explain", "report", "profile", "bisect", "cache", "import")
 
 
 def load(path: str, engine: DiagnosticEngine, args=None) -> Operation:
@@ -383,6 +383,18 @@ def import_main(argv: list[str], engine: DiagnosticEngine) -> int:
     return 0
 
 
+def profile_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    from fusecc.tools import profile_command  # tools/profile_command.py
+
+    return profile_command.main(argv, engine)
+
+
+def bisect_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    from fusecc.tools import bisect_command  # tools/bisect_command.py
+
+    return bisect_command.main(argv, engine)
+
+
 def misspelt_subcommand(argv: list[str]) -> str | None:
     """The subcommand a first argument that is no file seems to mean
     (`fusecc rnu x.ir`), or None."""
@@ -400,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"fusecc {__version__}")
         return 0
-    body = {"run": run_main, "explain": explain_main, "report": report_main, "cache": cache_main, "import": import_main}.get(argv[0] if argv else "", None)
+    body = {"run": run_main, "explain": explain_main, "report": report_main, "profile": profile_main, "bisect": bisect_main, "cache": cache_main, "import": import_main}.get(argv[0] if argv else "", None)
     if body is not None:
         return guarded_main(f"fusecc {argv[0]}", lambda engine: body(argv[1:], engine), SourceManager())
     meant = misspelt_subcommand(argv)
