@@ -332,21 +332,24 @@ def plot_roofline(data: dict, path: str) -> None:
 def format_profile(data: dict) -> str:
     T, B = cm.format_time, cm.format_bytes
     hw = data["hardware"]
+    common = _source_file(data)
     lines = [
         f"profile of @{data['entry']} on {data['target']} ({data['machine']}): median of {data['rounds']} rounds",
         f"  run {T(data['time_seconds'])}, in kernels {T(data['kernel_seconds'])}; numerics: max relative error {data['max_error']:.1e} "
         f"({'agrees with' if data['agrees'] else 'DISAGREES with'} the reference at {data['tolerance']:.0e})",
         f"  roofline of '{hw['name']}': {hw['memory_bandwidth'] / 1e9:.0f} GB/s, {hw['peak_flops'] / 1e9:.0f} GFLOP/s (passes/backends/hardware.py)",
         "",
-        f"  {'kernel':<24}{'time':>10}{'share':>7}{'bytes':>10}{'GB/s':>8}{'GFLOP/s':>9}{'roof':>6}  {'bound':<8}source ops",
+        f"  {'kernel':<24}{'time':>10}{'share':>7}{'bytes':>10}{'GB/s':>8}{'GFLOP/s':>9}{'roof':>6}  {'bound':<8}source ops" + (f" (line:col of {common})" if common else ""),
     ]
     total = data["kernel_seconds"] or 1.0
     for k in data["kernels"]:
         gflops = f"{k['gflop_per_second']:.1f}" if k["flops"] else "-"
         lines.append(
             f"  {k['name']:<24}{T(k['seconds']):>10}{k['seconds'] / total * 100:>6.1f}%{B(k['bytes']):>10}{k['gb_per_second']:>8.1f}{gflops:>9}"
-            f"{k['roofline_fraction'] * 100:>5.0f}%  {k['bound']:<8}{_sources(k)}"
+            f"{k['roofline_fraction'] * 100:>5.0f}%  {k['bound']:<8}{_sources(k, common)}"
         )
+    if any(k["roofline_fraction"] > 1 for k in data["kernels"]):
+        lines.append(f"  (roof above 100%: the kernel's data came from cache, faster than the {hw['memory_bandwidth'] / 1e9:.0f} GB/s of memory the roofline assumes)")
     lines += ["", "unfused patterns (adjacent memory-bound kernels joined by a buffer; fusing them saves the bytes shown):"]
     if not data["unfused_patterns"]:
         lines.append("  none")
@@ -357,10 +360,18 @@ def format_profile(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _sources(k: dict) -> str:
+def _source_file(data: dict) -> str | None:
+    """The one file every located op comes from, if there is one."""
+    files = {where.rsplit(":", 2)[0] for k in data["kernels"] for where in k["locations"] if where.count(":") >= 2}
+    return files.pop() if len(files) == 1 else None
+
+
+def _sources(k: dict, common: str | None) -> str:
     parts = []
     for op, name, where in zip(k["ops"], k["names"], k["locations"]):
         text = f"{name} {op.removeprefix('tensor.')}" if name.startswith("%") else op.removeprefix("tensor.")
+        if common and where.startswith(common + ":"):
+            where = where[len(common) + 1 :]
         parts.append(f"{text} ({where})" if where else text)
     return ", ".join(parts)
 

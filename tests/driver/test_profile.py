@@ -105,7 +105,7 @@ def test_kernels_name_their_source_ops_with_locations():
     data = profiled(FORBID)
     assert [k["locations"] for k in data["kernels"]] == [["t.ir:3:3"], ["t.ir:4:3"], ["t.ir:5:3"]]
     text = profile.format_profile(data)
-    assert "%b add (t.ir:4:3)" in text and "unfused patterns" in text
+    assert "source ops (line:col of t.ir)" in text and "%b add (4:3)" in text and "unfused patterns" in text
 
 
 def test_trace_has_one_slice_per_kernel_with_its_figures():

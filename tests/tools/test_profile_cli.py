@@ -35,7 +35,7 @@ def test_text_report_lists_kernels_and_unfused_patterns(program):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "fused_0_elementwise" in out and "fused_1_elementwise" in out
-    assert f"%b add ({program}:3:3)" in out
+    assert f"(line:col of {program})" in out and "%b add (3:3)" in out
     assert "unfused patterns" in out and "remove {fusion.forbid = true} from %b" in out
 
 
