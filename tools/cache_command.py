@@ -13,7 +13,7 @@ import os
 from fusecc.compiler.diagnostics import DiagnosticEngine, UsageError
 from fusecc.runtime import cache
 
-from fusecc.tools.common import write_output
+from fusecc.tools.common import ArgumentParser, write_output
 
 
 def human(size: int) -> str:
@@ -29,11 +29,11 @@ def entries_text(count: int) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="fusecc cache",
         description="Inspect or empty the kernel cache ($FUSECC_CACHE_DIR, else $XDG_CACHE_HOME/fusecc, else ~/.cache/fusecc).",
     )
-    commands = p.add_subparsers(dest="command", required=True, metavar="{info,clear}")
+    commands = p.add_subparsers(dest="command", required=True, metavar="{info,clear}", parser_class=ArgumentParser)
     info = commands.add_parser("info", help="where the cache is, whether it is used, entries and bytes per kind")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     commands.add_parser("clear", help="remove every entry")

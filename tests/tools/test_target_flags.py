@@ -214,3 +214,9 @@ def test_opt_target_cpu_and_gpu_flags_reach_the_passes(capsys):
     a100 = fusecc_opt([MLP, "--gpu", "a100", "--inline", "--fuse", "--tile", "--lower-to-loops"], capsys)[1]
     old = fusecc_opt([MLP, "--target", "a100", "--inline", "--fuse", "--tile", "--lower-to-loops"], capsys)[1]
     assert '"worker"' in cpu and '"worker"' not in a100 and old == a100
+
+
+@pytest.mark.parametrize("argv", [[], ["run"], ["explain"], ["report"], ["import"], ["cache", "bogus"], ["cache"], ["run", MLP, "--target"]])
+def test_argument_mistakes_are_usage_errors_in_every_command(argv, capsys):
+    code, _, err = fusecc(argv, capsys)
+    assert code == 1 and "error:" in err and "usage:" in err
