@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.rewriter import is_trivially_dead
-from fusecc.compiler.types import ScalarType, bf16, f16, f32, i1
+from fusecc.compiler.types import ScalarType, bf16, f16, f32, i1, round_to_bf16
 from fusecc.dialects import arith, loop
 from fusecc.passes.backends.hardware import pass_hardware
 
@@ -115,6 +117,9 @@ def safe_division(r: Rewriter, op: Operation) -> Value | None:
 def legal_cast(r: Rewriter, x: Value, t: ScalarType) -> Value:
     """Rules 1 and 4 for `arith.cast x -> t`."""
     source = x.type
+    folded = folded_float_cast(x, t)
+    if folded is not None:
+        return r.const(folded, t)
     if is_narrow(source) and t is not f32:  # widening to f32 is exact
         return r.cast(r.cast(x, f32), t)
     if is_narrow(t) and source is not f32:
@@ -128,6 +133,19 @@ def legal_cast(r: Rewriter, x: Value, t: ScalarType) -> Value:
     if source.is_float and not t.is_float:
         return saturating_cast(r, x, t)
     return r.b.create(arith.CastOp, [x], result_types=[t]).result
+
+
+def folded_float_cast(x: Value, t: ScalarType) -> float | None:
+    """A cast of a constant to a float type, done here as the interpreter
+    does it (through f32, then rounded to t), so that no rounding of a
+    constant is left for run time."""
+    k = constant_value(x)
+    if k is None or not t.is_float or x.type is i1:
+        return None
+    value = np.float32(k)
+    if t is bf16:
+        return float(round_to_bf16(np.array([value], dtype=np.float32))[0])
+    return float(t.numpy_dtype.type(value))
 
 
 def saturating_cast(r: Rewriter, x: Value, t: ScalarType) -> Value:
@@ -195,6 +213,8 @@ def constant_value(v: Value):
 
 def cast_needs_rewrite(op: Operation) -> bool:
     source, t = op.input.type, op.result.type
+    if folded_float_cast(op.input, t) is not None:
+        return True
     if is_narrow(source) or is_narrow(t):
         if source is not f32 and t is not f32:  # goes through f32
             return True
@@ -237,8 +257,8 @@ def legalize_kernel(kernel: Operation) -> int:
         op.result.replace_all_uses_with(replacement)
         op.erase()
         rewritten += 1
-    for op in reversed(kernel.walk(include_self=False)):  # casts a folded round trip left unused
-        if isinstance(op, arith.CastOp) and is_trivially_dead(op):
+    for op in reversed(kernel.walk(include_self=False)):  # what folded casts left unused
+        if isinstance(op, (arith.CastOp, arith.ConstantOp)) and is_trivially_dead(op):
             op.erase()
     return rewritten
 
