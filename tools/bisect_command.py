@@ -53,9 +53,9 @@ def parse_insertions(specs: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def main(argv: list[str], engine: DiagnosticEngine) -> int:
+def main(argv: list[str], engine: DiagnosticEngine, load, entry_function, gather_inputs) -> int:
+    """`load`, `entry_function` and `gather_inputs` are tools/fusecc.py's (passed in: the two modules must not import each other)."""
     from fusecc.driver import bisect, measure
-    from fusecc.tools.fusecc import entry_function, gather_inputs, load
 
     args = parser().parse_args(argv)
     choice = resolve_target(args, "fusecc bisect", BISECT_TARGETS, "cpu")

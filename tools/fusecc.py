@@ -386,13 +386,13 @@ def import_main(argv: list[str], engine: DiagnosticEngine) -> int:
 def profile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.tools import profile_command  # tools/profile_command.py
 
-    return profile_command.main(argv, engine)
+    return profile_command.main(argv, engine, load, entry_function, gather_inputs)
 
 
 def bisect_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.tools import bisect_command  # tools/bisect_command.py
 
-    return bisect_command.main(argv, engine)
+    return bisect_command.main(argv, engine, load, entry_function, gather_inputs)
 
 
 def misspelt_subcommand(argv: list[str]) -> str | None:

@@ -36,9 +36,9 @@ def parser() -> ArgumentParser:
     return p
 
 
-def main(argv: list[str], engine: DiagnosticEngine) -> int:
+def main(argv: list[str], engine: DiagnosticEngine, load, entry_function, gather_inputs) -> int:
+    """`load`, `entry_function` and `gather_inputs` are tools/fusecc.py's (passed in: the two modules must not import each other)."""
     from fusecc.driver import gpu_measure, measure, profile
-    from fusecc.tools.fusecc import entry_function, gather_inputs, load
 
     args = parser().parse_args(argv)
     choice = resolve_target(args, "fusecc profile", PROFILE_TARGETS, "cpu")
