@@ -47,6 +47,7 @@ _LAZY = {
     "LossyConversionWarning": "fusecc.driver.input_check",
     "parse": "fusecc.compiler.parser",
     "save_module": "fusecc.compiler.resources",
+    "from_torch": "fusecc.torch",
 }
 __all__ = ["__version__", *_LAZY]
 

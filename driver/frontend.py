@@ -16,10 +16,33 @@ from fusecc.compiler.diagnostics import DiagnosticEngine, UsageError
 from fusecc.compiler.ir import Operation
 
 ONNX_SUFFIXES = (".onnx",)
+TORCH_EXPORT_SUFFIXES = (".pt2",)
 
 
 def is_onnx(path: str) -> bool:
     return path.lower().endswith(ONNX_SUFFIXES)
+
+
+def is_torch_export(path: str) -> bool:
+    return path.lower().endswith(TORCH_EXPORT_SUFFIXES)
+
+
+def import_torch_export(path: str) -> Operation:
+    """A `torch.export.save`d program (.pt2) as a module; weights become
+    named constants (fusecc.frontends.torch, docs/torch.md)."""
+    try:
+        import torch
+    except ImportError:
+        raise UsageError(f"'{path}' is a torch.export program; reading it needs PyTorch: pip install 'fusecc[torch]'") from None
+    from fusecc.frontends.torch import import_exported
+
+    try:
+        program = torch.export.load(path)
+    except FileNotFoundError:
+        raise UsageError(f"could not open input file '{path}': no such file") from None
+    except Exception as exc:  # torch raises many kinds for a file that is not a .pt2
+        raise UsageError(f"'{path}' is not a torch.export program ({type(exc).__name__}: {exc})") from None
+    return import_exported(program).module
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -96,6 +119,8 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 INPUT_NAMES_ATTR = "onnx.inputs"  # the importer's names (fusecc.frontends.onnx.importer)
 OUTPUT_NAMES_ATTR = "onnx.outputs"
+TORCH_INPUT_NAMES_ATTR = "torch.inputs"  # fusecc.frontends.torch.importer: the FX graph's names
+TORCH_OUTPUT_NAMES_ATTR = "torch.outputs"
 
 
 def _names(func: Operation, attr: str, count: int) -> list[str] | None:
@@ -110,12 +135,12 @@ def _names(func: Operation, attr: str, count: int) -> list[str] | None:
 
 def input_keys(func: Operation, count: int) -> list[str | None]:
     """Per argument, the graph input name it came from (None for .ir programs)."""
-    return _names(func, INPUT_NAMES_ATTR, count) or [None] * count
+    return _names(func, INPUT_NAMES_ATTR, count) or _names(func, TORCH_INPUT_NAMES_ATTR, count) or [None] * count
 
 
 def result_keys(func: Operation, count: int) -> list[str]:
     """The npz keys of the results: graph output names, else result0, result1, ..."""
-    return _names(func, OUTPUT_NAMES_ATTR, count) or [f"result{i}" for i in range(count)]
+    return _names(func, OUTPUT_NAMES_ATTR, count) or _names(func, TORCH_OUTPUT_NAMES_ATTR, count) or [f"result{i}" for i in range(count)]
 
 
 def save_imported(module: Operation, path: str, weights: str | None = None, inline: bool = False) -> None:

@@ -363,16 +363,24 @@ def cache_main(argv: list[str], engine: DiagnosticEngine) -> int:
 
 
 def import_main(argv: list[str], engine: DiagnosticEngine) -> int:
-    p = ArgumentParser(prog="fusecc import", description="Import an ONNX model as a tensor IR module (weights in a .safetensors file beside it).")
-    p.add_argument("input", help="the model (.onnx)")
+    p = ArgumentParser(prog="fusecc import", description="Import an ONNX model or a torch.export program as a tensor IR module (weights in a .safetensors file beside it).")
+    p.add_argument("input", help="the model (.onnx, or .pt2 from torch.export.save)")
     p.add_argument("-o", dest="output", required=True, help="the .ir to write; weights go to the same name with .safetensors")
     p.add_argument("--weights", default=None, help="where to write the weights (default: beside -o, .safetensors)")
     p.add_argument("--inline-weights", action="store_true", help="keep every constant in the .ir text (no weights file)")
     p.add_argument("--timing", action="store_true", help="print the time of each step to stderr")
     model_options.add_frontend_options(p)
     args = p.parse_args(argv)
+    if frontend.is_torch_export(args.input):
+        if args.shape or args.memory_budget is not None:
+            raise UsageError("--shape and --memory-budget apply to ONNX models; a .pt2 program keeps the shapes it was exported with")
+        with phase("the torch.export importer"):
+            module = frontend.import_torch_export(args.input)
+        with phase("the printer"):
+            frontend.save_imported(module, args.output, args.weights, inline=args.inline_weights)
+        return 0
     if not frontend.is_onnx(args.input):
-        raise UsageError(f"'{args.input}' is not an ONNX model (.onnx)")
+        raise UsageError(f"'{args.input}' is not an ONNX model (.onnx) or a torch.export program (.pt2)")
     with phase("the ONNX importer"):
         imported = frontend.import_onnx(args.input, **model_options.frontend_options(args))
     with phase("the printer"):

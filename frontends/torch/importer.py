@@ -1,0 +1,241 @@
+"""An aten-level FX graph -> one `func.func @main` of tensor-dialect ops.
+
+Placeholders become the function's arguments (or constants, for the
+parameters a `torch.export` program carries); each `call_function` node is
+translated by the op table (table.py, ops_*.py), or evaluated with torch
+itself when all its inputs are known at import time (`arange`, `full`, a
+causal mask, a rotary table: they become constants). Every op carries the
+location of the user's Python line that made its node."""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.builder import Builder, InsertionPoint
+from fusecc.compiler.diagnostics import InternalCompilerError, NameLoc
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.types import FunctionType, TensorType
+from fusecc.compiler.verifier import verify
+from fusecc.dialects.builtin import ModuleOp
+from fusecc.dialects.func import FuncOp, ReturnOp
+from fusecc.frontends.torch import ops_elementwise, ops_nn, ops_shape  # noqa: F401  (they fill the table)
+from fusecc.frontends.torch.context import (
+    TranslationContext,
+    Unsupported,
+    check_fold_size,
+    element_of_dtype,
+    fake_value,
+    op_name,
+    source_location,
+    static_shape,
+)
+from fusecc.frontends.torch.table import handler_for
+
+INPUT_NAMES_ATTR = "torch.inputs"
+OUTPUT_NAMES_ATTR = "torch.outputs"
+_SSA_UNSAFE = re.compile(r"[^A-Za-z0-9_.$\-]")
+_NO_VALUE = object()
+
+
+@dataclass
+class ImportedGraph:
+    module: Operation
+    input_names: list[str]
+    output_names: list[str]
+    # Nodes folded at import time (their op need not be in the table).
+    folded: list[str] = field(default_factory=list)
+
+
+def unsupported_nodes(graph: torch.fx.Graph) -> list[Unsupported]:
+    """Nodes whose op has no translation (one per op type), before any
+    work. Nodes computed from constants alone (arange, full, ...) fold at
+    import time and need no translation."""
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            try:
+                placeholder_type(node)
+            except Unsupported as problem:
+                return [problem]  # symbolic shapes: the ops on sizes that follow need no second reason
+    found: dict[str, Unsupported] = {}
+    known: set = set()
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            known.add(node)
+        if node.op != "call_function":
+            continue
+        if all(n in known for n in node.all_input_nodes):
+            known.add(node)
+            continue
+        name = op_name(node)
+        if node.target is not operator.getitem and handler_for(name) is None and name not in found:
+            found[name] = Unsupported(name, "no translation to the tensor dialect", source_location(node))
+    return list(found.values())
+
+
+def import_graph(
+    graph_module: torch.fx.GraphModule,
+    input_names: list[str] | None = None,
+    constants: dict[str, np.ndarray] | None = None,
+    constant_names: dict[str, str] | None = None,
+) -> ImportedGraph:
+    """Translate `graph_module` (aten ops, after decomposition). `constants`
+    maps placeholder names to the values they are frozen to (a program's
+    weights: they become `tensor.constant`s named after them); the other
+    placeholders are the function's arguments (`input_names` names them).
+    `constant_names` renames constants (placeholder -> state-dict key).
+    Raises Unsupported for the first node fusecc cannot translate."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # AOT autograd calls its compilers in fake mode; folding needs real values
+        return _import_graph(graph_module, input_names, constants, constant_names)
+
+
+def _import_graph(graph_module, input_names, constants, constant_names) -> ImportedGraph:
+    graph = graph_module.graph
+    constants = constants or {}
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    arguments = [n for n in placeholders if n.name not in constants]
+    names = input_names or [n.name for n in arguments]
+    types = [placeholder_type(n) for n in arguments]
+    func = FuncOp.build("main", FunctionType(types, []), ssa_names(names), location=NameLoc("forward"))
+    cx = TranslationContext(Builder(InsertionPoint.at_end(func.body)))
+    env: dict[torch.fx.Node, object] = dict(zip(arguments, func.body.args))
+    renamed = [(constant_names or {}).get(name, name) for name in constants]
+    ssa = dict(zip(constants, ssa_names(renamed)))
+    for node in placeholders:
+        if node.name in constants:
+            array = np.asarray(constants[node.name])
+            env[node] = array
+            cx.constant_names[id(array)] = ssa[node.name]
+    imported = ImportedGraph(func, list(names), [])
+    results = []
+    for node in graph.nodes:
+        cx.at(node)
+        if node.op in ("placeholder",):
+            continue
+        if node.op == "get_attr":
+            env[node] = tensor_array(getattr_path(graph_module, node.target), node.target)
+            cx.constant_names[id(env[node])] = ssa_names([node.target])[0]
+        elif node.op == "call_function":
+            env[node] = translate_node(cx, node, env, imported)
+        elif node.op == "output":
+            outputs = node.args[0]
+            for i, out in enumerate(outputs if isinstance(outputs, (list, tuple)) else [outputs]):
+                entry = env.get(out, _NO_VALUE) if isinstance(out, torch.fx.Node) else out
+                if not isinstance(entry, (Value, np.ndarray)):
+                    raise Unsupported("output", f"output {i} is {type(entry).__name__ if entry is not _NO_VALUE else 'missing'}, not a tensor", cx.location)
+                results.append(cx.value(entry))
+                imported.output_names.append(out.name if isinstance(out, torch.fx.Node) else f"output{i}")
+        else:
+            raise Unsupported(node.op, f"FX node kind '{node.op}' (call_module/call_method: the graph is not at the aten level)", cx.location)
+    cx.builder.create(ReturnOp, results, result_types=[], location=NameLoc("return"))
+    erase_unused(func)
+    func.attributes["function_type"] = A.TypeAttr(FunctionType(types, [r.type for r in results]))
+    func.attributes[INPUT_NAMES_ATTR] = A.from_python(list(names))
+    func.attributes[OUTPUT_NAMES_ATTR] = A.from_python(imported.output_names)
+    module = ModuleOp.build([func])
+    verify(module)
+    imported.module = module
+    return imported
+
+
+def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGraph):
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
+    if node.target is operator.getitem:
+        sequence, index = args
+        picked = sequence[index]
+        if picked is None:
+            raise cx.unsupported(f"uses output {index} of {op_name(node.args[0])}, which fusecc does not compute (inference only)")
+        return picked
+    name = op_name(node)
+    flat = list(args) + list(kwargs.values())
+    flat = [x for a in flat for x in (a if isinstance(a, (list, tuple)) else [a])]
+    if not any(isinstance(x, Value) for x in flat) and not any(id(x) in cx.constant_names for x in flat):
+        imported.folded.append(name)
+        return fold(cx, node, args, kwargs)
+    handler = handler_for(name)
+    if handler is None:
+        raise cx.unsupported("no translation to the tensor dialect")
+    result = handler(cx, args, kwargs)
+    check_result(node, result)
+    return result
+
+
+def erase_unused(func) -> None:
+    """Drop ops nothing uses (the transpose a linear layer's matmul reads
+    through, constants only folding needed), last first."""
+    for op in reversed(list(func.body)):
+        if op.results and not any(r.has_uses() for r in op.results):
+            op.erase()
+
+
+def fold(cx, node, args, kwargs):
+    """Evaluate a node whose inputs are all known, with torch itself."""
+    to_torch = lambda x: torch.from_numpy(x) if isinstance(x, np.ndarray) else x  # noqa: E731
+    args, kwargs = torch.utils._pytree.tree_map(to_torch, (args, kwargs))
+    val = fake_value(node)
+    if isinstance(val, torch.Tensor):
+        check_fold_size(static_shape(val, f"the result of {op_name(node)}"), val.element_size())
+    with torch.no_grad():
+        out = node.target(*args, **kwargs)
+    return torch.utils._pytree.tree_map(lambda t: tensor_array(t, op_name(node)) if isinstance(t, torch.Tensor) else t, out)
+
+
+def check_result(node, result) -> None:
+    """A translation gives the shape and dtype torch recorded, or it is a bug."""
+    val = fake_value(node)
+    pairs = zip(result, val) if isinstance(result, tuple) else [(result, val)]
+    for entry, expected in pairs:
+        if not isinstance(entry, Value) or not isinstance(expected, torch.Tensor):
+            continue
+        want = TensorType(static_shape(expected, op_name(node)), element_of_dtype(expected.dtype))
+        if entry.type != want:
+            raise InternalCompilerError(
+                "the torch front end", AssertionError(f"{op_name(node)} at {source_location(node)} translated to {entry.type}, torch says {want}"))
+
+
+def placeholder_type(node) -> TensorType:
+    val = fake_value(node)
+    if isinstance(val, torch.SymInt):
+        raise Unsupported("symbolic shape", f"input '{node.name}' is a symbolic size ({val}); fusecc compiles static shapes only "
+                          "(dynamic dims are not implemented yet); use torch.compile(..., dynamic=False)", source_location(node))
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported("input", f"input '{node.name}' is a {type(val).__name__}, not a tensor", source_location(node))
+    return TensorType(static_shape(val, f"input '{node.name}'"), element_of_dtype(val.dtype, f"input '{node.name}'"))
+
+
+def tensor_array(t: torch.Tensor, what: str) -> np.ndarray:
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        raise Unsupported("constant", f"{what} is a bfloat16 constant (numpy has no bfloat16; not supported yet)")
+    element_of_dtype(t.dtype, what)
+    return t.cpu().contiguous().numpy()
+
+
+def getattr_path(module, target: str):
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def ssa_names(names: list[str]) -> list[str]:
+    taken, out = set(), []
+    for name in names:
+        clean = _SSA_UNSAFE.sub("_", name) or "arg"
+        if clean[0].isdigit():
+            clean = "_" + clean
+        candidate, n = clean, 1
+        while candidate in taken:
+            candidate, n = f"{clean}_{n}", n + 1
+        taken.add(candidate)
+        out.append(candidate)
+    return out
+
+
+__all__ = ["ImportedGraph", "INPUT_NAMES_ATTR", "OUTPUT_NAMES_ATTR", "import_graph", "unsupported_nodes"]

@@ -1,0 +1,144 @@
+"""torch.compile(model, backend="fusecc"): models written with torch.nn
+match eager within docs/torch.md's tolerance; unsupported ops and symbolic
+shapes run in eager with their reason; tensors cross without copies."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs PyTorch: pip install 'fusecc[torch]'")
+
+import fusecc.torch  # noqa: E402
+from torch_models import MLP, DecoderBlock, Embeddings, EncoderLayer, OpZoo  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+# docs/torch.md "Tolerance": f32 results within these of eager.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    fusecc.torch.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+def compiled_matches_eager(model, *inputs):
+    model.eval()
+    with torch.no_grad():
+        expected = model(*inputs)
+        got = torch.compile(model, backend="fusecc")(*inputs)
+    torch.testing.assert_close(got, expected, rtol=RTOL, atol=ATOL)
+    return got
+
+
+def test_the_backend_is_registered_by_its_entry_point():
+    assert "fusecc" in torch._dynamo.list_backends()
+
+
+def test_mlp():
+    compiled_matches_eager(MLP(), torch.randn(4, 32))
+    assert fusecc.torch.explain().startswith("fusecc torch backend: 1 graph compiled")
+    assert "0 ran in eager" in fusecc.torch.explain()
+
+
+def test_bert_style_encoder_layer_with_padding():
+    mask = torch.ones(2, 8)
+    mask[1, 5:] = 0.0
+    compiled_matches_eager(EncoderLayer(), torch.randn(2, 8, 64), mask)
+    assert "1 graph compiled" in fusecc.torch.explain() and "0 ran in eager" in fusecc.torch.explain()
+
+
+def test_llama_style_decoder_block():
+    compiled_matches_eager(DecoderBlock(), torch.randn(2, 8, 64))
+    assert "1 graph compiled" in fusecc.torch.explain() and "0 ran in eager" in fusecc.torch.explain()
+
+
+class SdpaAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(32, 96)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(1, 8, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_scaled_dot_product_attention():
+    compiled_matches_eager(SdpaAttention(), torch.randn(1, 8, 32))
+    assert "0 ran in eager" in fusecc.torch.explain()
+
+
+class WithCumsum(torch.nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x * 2.0, dim=-1) + 1.0  # the unsupported op's line
+
+
+def test_an_unsupported_op_sends_the_graph_to_eager_and_says_why_once(caplog):
+    x = torch.randn(3, 5)
+    with caplog.at_level(logging.WARNING, logger="fusecc.torch"):
+        compiled_matches_eager(WithCumsum(), x)
+        torch._dynamo.reset()
+        compiled_matches_eager(WithCumsum(), x)
+    report = fusecc.torch.explain()
+    assert "0 graphs compiled" in report and "2 ran in eager" in report
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "the unsupported op's line" in text)
+    assert f"aten.cumsum.default: no translation to the tensor dialect (2 graphs; first at {__file__}:{line}:" in report
+    logged = [r.getMessage() for r in caplog.records if "aten.cumsum" in r.getMessage()]
+    assert len(logged) == 1 and f"{__file__}:{line}" in logged[0]
+
+
+class WithGraphBreak(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        torch._dynamo.graph_break()
+        return torch.sigmoid(self.b(h))
+
+
+def test_a_graph_break_gives_two_graphs_each_compiled():
+    compiled_matches_eager(WithGraphBreak(), torch.randn(4, 16))
+    assert fusecc.torch.explain().startswith("fusecc torch backend: 2 graphs compiled")
+
+
+def test_symbolic_shapes_run_in_eager_plainly():
+    """fusecc has no dynamic dims yet: a graph Dynamo traces with symbolic sizes is not compiled."""
+    model = MLP().eval()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="fusecc", dynamic=True)
+        for batch in (3, 5):
+            x = torch.randn(batch, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=RTOL, atol=ATOL)
+    report = fusecc.torch.explain()
+    assert "0 graphs compiled" in report
+    assert "symbolic shape: " in report and "static shapes only" in report
+
+
+def test_inputs_cross_without_copies():
+    x = torch.randn(4, 8)
+    assert fusecc.torch.to_array(x).ctypes.data == x.data_ptr()
+    transposed = x.t()  # not contiguous: copied once, the values kept
+    array = fusecc.torch.to_array(transposed)
+    assert array.ctypes.data != x.data_ptr() and np.array_equal(array, transposed.numpy())
+
+
+def test_embeddings_gather_rows_of_integer_ids():
+    ids = torch.randint(0, 100, (2, 16))
+    compiled_matches_eager(Embeddings(), ids)
+    assert "1 graph compiled" in fusecc.torch.explain() and "0 ran in eager" in fusecc.torch.explain()
+
+
+def test_elementwise_comparison_reduction_and_cast_ops():
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    x[0, 0] = 0.0
+    compiled_matches_eager(OpZoo(), x, y)
+    assert "1 graph compiled" in fusecc.torch.explain() and "0 ran in eager" in fusecc.torch.explain()
