@@ -268,6 +268,8 @@ def register_type_parser(keyword: str, parse: TypeParser) -> None:
 def _parse_shape_and_element(body: str, keyword: str) -> tuple[tuple[int, ...], ScalarType, str | None]:
     match = _SHAPED_BODY.match(body.strip())
     if not match:
+        if re.match(r"^\s*(?:(?:\d+|\?)x)+", body) and "?" in body:
+            raise TypeSyntaxError(f"dynamic dimensions ('?') are not supported yet in '{keyword}<{body}>'; give every dimension a size (docs/language.md)")
         raise TypeSyntaxError(f"malformed {keyword} type '{keyword}<{body}>'")
     dims, element_name, extra = match.groups()
     element = SCALAR_TYPES.get(element_name)

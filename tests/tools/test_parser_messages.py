@@ -123,3 +123,8 @@ def test_a_malformed_attribute_dictionary_is_located_inside_it():
     diagnostic = caught.value.diagnostic
     assert diagnostic.message == "malformed attribute dictionary: expected ':', got '}'"
     assert (diagnostic.location.line, diagnostic.location.col) == (2, text.split("\n")[1].index("}") + 1)
+
+
+def test_dynamic_dims_say_they_are_not_supported_yet():
+    message = message_of("func.func @f(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {\n  func.return %x : tensor<?x4xf32>\n}\n")
+    assert message.startswith("dynamic dimensions ('?') are not supported yet in 'tensor<?x4xf32>'")
