@@ -24,6 +24,7 @@ no dynamic dims yet.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class _Record:
     compiled: int = 0  # graphs compiled by fusecc
     fallbacks: int = 0  # graphs that ran in eager
     kernels: int = 0  # kernel launches per call, summed over the compiled graphs
+    frozen: int = 0  # weights compiled in as constants (options={"freeze": True})
     reasons: dict[str, str] = field(default_factory=dict)  # op type -> why, first occurrence
     where: dict[str, str] = field(default_factory=dict)  # op type -> the user's line
     counts: Counter = field(default_factory=Counter)  # op type -> graphs it sent to eager
@@ -57,8 +59,8 @@ def explain() -> str:
     """What the backend did since the last reset(): graphs compiled, graphs
     sent to eager, and for each op type the first reason and place."""
     r = _record
-    lines = [f"fusecc torch backend: {r.compiled} graph{'s' * (r.compiled != 1)} compiled ({r.kernels} kernel launches per call), "
-             f"{r.fallbacks} ran in eager"]
+    lines = [f"fusecc torch backend: {r.compiled} graph{'s' * (r.compiled != 1)} compiled ({r.kernels} kernel launches per call, "
+             f"{r.frozen} weights frozen), {r.fallbacks} ran in eager"]
     for op, reason in r.reasons.items():
         lines.append(f"  {op}: {reason} ({r.counts[op]} graph{'s' * (r.counts[op] != 1)}; first at {r.where[op]})")
     return "\n".join(lines)
@@ -92,10 +94,11 @@ def to_array(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().numpy()  # contiguous() is the tensor itself when it already is
 
 
-def _runner(program, devices):
+def _runner(program, devices, kept: list[int]):
     device = devices[0] if devices else torch.device("cpu")
 
     def run(*args):
+        args = [args[i] for i in kept]  # frozen weights are in the program already
         results = program(*[to_array(a) if isinstance(a, torch.Tensor) else np.asarray(a) for a in args])
         outs = [torch.from_numpy(np.asarray(r)) for r in results.values()]  # fresh arrays per call: shared, not copied
         return [o.to(device) if device.type != "cpu" else o for o in outs]
@@ -118,8 +121,17 @@ def _target(example_inputs) -> str:
 # --------------------------------------------------------------------------- the backend
 
 
-def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs):
-    """AOT autograd's forward graph -> a boxed callable (fusecc, or eager)."""
+@dataclass
+class _Frozen:
+    """Dynamo's inputs to compile in as constants: their positions and values."""
+
+    inputs: int  # how many inputs Dynamo's graph takes
+    arrays: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen: _Frozen | None):
+    """AOT autograd's forward graph -> a boxed callable (fusecc, or eager).
+    `frozen`: positions of Dynamo's inputs to freeze as constants (weights)."""
     from functorch.compile import make_boxed_func
 
     from fusecc.driver.program import Program
@@ -130,16 +142,34 @@ def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs):
     if missing:
         _fall_back(missing)
         return eager
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    constants = _frozen_placeholders(placeholders, frozen)
     try:
-        imported = import_graph(graph_module)
+        imported = import_graph(graph_module, constants=constants)
     except Unsupported as problem:
         _fall_back([problem])
         return eager
     program = Program(imported.module, target=_target(example_inputs), options={"lossy": "error"})
     _record.compiled += 1
     _record.kernels += len(program.kernels)
+    _record.frozen += len(constants)
+    kept = [i for i, n in enumerate(placeholders) if n.name not in constants]
     devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
-    return make_boxed_func(_runner(program, devices))
+    return make_boxed_func(_runner(program, devices, kept))
+
+
+def _frozen_placeholders(placeholders, frozen: _Frozen | None) -> dict[str, np.ndarray]:
+    """AOT autograd's inference graph takes Dynamo's inputs in order; freeze
+    only when that visibly holds (same count, same shapes), else freeze nothing."""
+    if frozen is None or len(placeholders) != frozen.inputs:
+        return {}
+    constants = {}
+    for i, array in frozen.arrays.items():
+        val = placeholders[i].meta.get("val")
+        if not isinstance(val, torch.Tensor) or tuple(val.shape) != array.shape:
+            return {}
+        constants[placeholders[i].name] = array
+    return constants
 
 
 def _eager_backward(graph_module, example_inputs):
@@ -148,13 +178,25 @@ def _eager_backward(graph_module, example_inputs):
     return make_boxed_func(graph_module.forward)
 
 
-def backend(graph_module: torch.fx.GraphModule, example_inputs, **options):
-    """The TorchDynamo backend `fusecc` (the entry point names this function)."""
+def backend(graph_module: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+    """The TorchDynamo backend `fusecc` (the entry point names this function).
+    options (torch.compile(..., options={...})): freeze=True compiles the
+    parameters in as constants (faster: a CPU matmul packs a constant weight
+    once; but later in-place changes to the weights are not seen)."""
     from torch._dynamo.backends.common import aot_autograd
 
     from fusecc.frontends.torch import decompositions
 
-    compiler = aot_autograd(fw_compiler=_compile_forward, bw_compiler=_eager_backward, decompositions=decompositions())
+    options = dict(options or {})
+    freeze = bool(options.pop("freeze", False))
+    if options:
+        raise ValueError(f"unknown fusecc backend option{'s' * (len(options) > 1)} {', '.join(sorted(options))} (known: freeze)")
+    frozen = None
+    if freeze:
+        arrays = {i: t.detach().cpu().numpy().copy() for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+        frozen = _Frozen(len(example_inputs), arrays)
+    fw_compiler = functools.partial(_compile_forward, frozen=frozen)
+    compiler = aot_autograd(fw_compiler=fw_compiler, bw_compiler=_eager_backward, decompositions=decompositions())
     return compiler(graph_module, example_inputs)
 
 

@@ -151,7 +151,8 @@ def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGr
         sequence, index = args
         picked = sequence[index]
         if picked is None:
-            raise cx.unsupported(f"uses output {index} of {op_name(node.args[0])}, which fusecc does not compute (inference only)")
+            raise Unsupported(f"{op_name(node.args[0])} output {index}", "used for gradients, which fusecc does not compute "
+                              "(inference only: call the model under torch.no_grad() or torch.inference_mode())", cx.location)
         return picked
     name = op_name(node)
     flat = list(args) + list(kwargs.values())

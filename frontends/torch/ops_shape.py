@@ -3,10 +3,9 @@ views, reshapes, squeezes and flattens are one `tensor.reshape`."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from fusecc.dialects import tensor as T
-from fusecc.frontends.torch.context import shape_of
+from fusecc.compiler.types import i1
+from fusecc.frontends.torch.context import element_of, shape_of
 from fusecc.frontends.torch.table import translation
 
 
@@ -125,9 +124,9 @@ def translate_index(cx, args, kwargs):
     """x[idx] with one index tensor on the first indexed axis (torch's advanced indexing, restricted)."""
     x, indices = args
     used = [(axis, i) for axis, i in enumerate(indices) if i is not None]
-    if len(used) != 1 or any(i is None for i in indices[: used[0][0]]) and used[0][0] != 0:
+    if len(used) != 1:
         raise cx.unsupported("advanced indexing with more than one index tensor")
     axis, index = used[0]
-    if isinstance(index, np.ndarray) and index.dtype == np.bool_:
+    if element_of(index) is i1:
         raise cx.unsupported("indexing with a boolean mask (its result shape depends on the values)")
     return cx.emit(T.GatherOp, [x, index], {"axis": axis})

@@ -44,7 +44,7 @@ def test_the_backend_is_registered_by_its_entry_point():
 
 def test_mlp():
     compiled_matches_eager(MLP(), torch.randn(4, 32))
-    assert fusecc.torch.explain().startswith("fusecc torch backend: 1 graph compiled")
+    assert fusecc.torch.explain().startswith("fusecc torch backend: 1 graph compiled (")
     assert "0 ran in eager" in fusecc.torch.explain()
 
 
@@ -142,3 +142,52 @@ def test_elementwise_comparison_reduction_and_cast_ops():
     x[0, 0] = 0.0
     compiled_matches_eager(OpZoo(), x, y)
     assert "1 graph compiled" in fusecc.torch.explain() and "0 ran in eager" in fusecc.torch.explain()
+
+
+def test_with_gradients_enabled_a_graph_needing_saved_statistics_runs_in_eager():
+    """Inference only: under autograd, the forward graph returns layer norm's
+    mean/rstd for the backward, which fusecc does not compute."""
+    model = EncoderLayer().eval()
+    x, mask = torch.randn(2, 8, 64), torch.ones(2, 8)
+    out = torch.compile(model, backend="fusecc")(x, mask)
+    torch.testing.assert_close(out, model(x, mask), rtol=RTOL, atol=ATOL)
+    out.sum().backward()
+    assert model.ff1.weight.grad is not None
+    report = fusecc.torch.explain()
+    assert "0 graphs compiled" in report
+    assert "aten.native_layer_norm.default output 1: used for gradients" in report and "torch.no_grad()" in report
+
+
+def test_an_mlp_with_gradients_enabled_compiles_its_forward_and_backpropagates():
+    model, x = MLP(), torch.randn(4, 32)
+    out = torch.compile(model, backend="fusecc")(x)
+    torch.testing.assert_close(out, model(x), rtol=RTOL, atol=ATOL)
+    out.sum().backward()  # the backward graph runs in eager
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for got, want in zip(expected, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+    assert fusecc.torch.explain().startswith("fusecc torch backend: 1 graph compiled (")
+
+
+def test_freeze_compiles_the_weights_in():
+    """options={"freeze": True}: parameters become constants of the program,
+    so a later in-place change of a weight is not seen (documented)."""
+    model, x = MLP().eval(), torch.randn(4, 32)
+    with torch.no_grad():
+        frozen = torch.compile(model, backend="fusecc", options={"freeze": True})
+        before = model(x)
+        torch.testing.assert_close(frozen(x), before, rtol=RTOL, atol=ATOL)
+        assert "4 weights frozen" in fusecc.torch.explain()
+        model.fc2.bias.add_(1.0)
+        torch.testing.assert_close(frozen(x), before, rtol=RTOL, atol=ATOL)  # the compiled-in value
+        torch._dynamo.reset()
+        live = torch.compile(model, backend="fusecc")  # weights as inputs: the change is seen
+        torch.testing.assert_close(live(x), model(x), rtol=RTOL, atol=ATOL)
+        assert not torch.allclose(model(x), before)
+
+
+def test_unknown_backend_options_are_refused():
+    with pytest.raises(Exception, match="unknown fusecc backend option fast"):
+        torch.compile(MLP(), backend="fusecc", options={"fast": True})(torch.randn(2, 32))
