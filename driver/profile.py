@@ -29,10 +29,8 @@ measured bandwidth, and carries the fuser's own reason for not fusing them
 
 from __future__ import annotations
 
-import gc
 import json
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -64,36 +62,18 @@ class ProfileRun:
 
 
 def time_steps(variant: measure.Variant, inputs, entry: str, warmup: int, repeat: int, min_kernel_seconds: float = MIN_KERNEL_SECONDS) -> int:
-    """Warm up, then time `repeat` rounds or more (see the module doc); the
-    per-launch times go to `variant.steps[i].seconds`. Returns the rounds run."""
+    """Warm up, then time `repeat` rounds or more (see the module doc) with
+    `measure.time_variants`, report --measure's timer; the per-launch times go
+    to `variant.steps[i].seconds`. Returns the rounds run."""
     for _ in range(warmup):
         variant.program.run(inputs, entry)
     rounds = 0
-
-    def one_round() -> None:
-        profile: list = []
-        start = time.perf_counter()
-        variant.program.run(inputs, entry, profile=profile)
-        variant.run_seconds.append(time.perf_counter() - start)
-        names = [name for name, _ in profile]
-        if names != [s.name for s in variant.steps]:
-            raise RuntimeError(f"the program ran steps {names}, its schedule has {[s.name for s in variant.steps]}")
-        for step, (_, seconds) in zip(variant.steps, profile, strict=True):
-            step.seconds.append(seconds)
-
-    collect = gc.isenabled()
-    gc.collect()
-    gc.disable()  # a collection inside one launch would count against it alone
-    try:
-        for _ in progress(range(repeat), "timing the kernels", total=repeat):
-            one_round()
-            rounds += 1
-        while rounds < MAX_ROUNDS and any(sum(s.seconds) < min_kernel_seconds for s in variant.steps):
-            one_round()
-            rounds += 1
-    finally:
-        if collect:
-            gc.enable()
+    for _ in progress(range(repeat), "timing the kernels", total=repeat):
+        measure.time_variants([variant], inputs, entry, 1)
+        rounds += 1
+    while rounds < MAX_ROUNDS and any(sum(s.seconds) < min_kernel_seconds for s in variant.steps):
+        measure.time_variants([variant], inputs, entry, 1)
+        rounds += 1
     return rounds
 
 
