@@ -102,5 +102,18 @@ def test_fusecc_import_of_a_pt2_file(tmp_path, capsys):
     program = fusecc.compile(str(tmp_path / "mlp.ir"), target="cpu")
     with torch.no_grad():
         torch.testing.assert_close(torch.from_numpy(program(x=x.numpy())["mul"]), model(x), rtol=RTOL, atol=ATOL)
+    capsys.readouterr()
+    assert fusecc_main(["explain", str(tmp_path / "mlp.ir")]) == 0  # remarks point at the model's Python
+    models_file = inspect.getsourcefile(MLP)
+    assert f"{models_file}:{inspect.getsourcelines(MLP.forward)[1] + 1}:" in capsys.readouterr().out
     assert fusecc_main(["import", str(tmp_path / "mlp.pt2"), "-o", str(tmp_path / "b.ir"), "--shape", "x=2x32"]) == 1
     assert "keeps the shapes it was exported with" in capsys.readouterr().err
+
+
+def test_fusecc_import_of_a_file_that_is_no_export_program(tmp_path, capsys):
+    (tmp_path / "bad.pt2").write_bytes(b"not a zip archive")
+    assert fusecc_main(["import", str(tmp_path / "bad.pt2"), "-o", str(tmp_path / "bad.ir")]) == 1
+    err = capsys.readouterr().err
+    assert "is not a torch.export program" in err and "Traceback" not in err
+    assert fusecc_main(["import", str(tmp_path / "missing.pt2"), "-o", str(tmp_path / "m.ir")]) == 1
+    assert "no such file" in capsys.readouterr().err
