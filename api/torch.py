@@ -134,6 +134,7 @@ def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen:
     `frozen`: positions of Dynamo's inputs to freeze as constants (weights)."""
     from functorch.compile import make_boxed_func
 
+    from fusecc.compiler.diagnostics import DiagnosticError, UsageError
     from fusecc.driver.program import Program
     from fusecc.frontends.torch import Unsupported, import_graph, unsupported_nodes
 
@@ -149,7 +150,11 @@ def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen:
     except Unsupported as problem:
         _fall_back([problem])
         return eager
-    program = Program(imported.module, target=_target(example_inputs), options={"lossy": "error"})
+    try:
+        program = Program(imported.module, target=_target(example_inputs), options={"lossy": "error"})
+    except (UsageError, DiagnosticError) as exc:  # a limit of fusecc's compiler (CompileError); its bugs still raise
+        _fall_back([Unsupported("fusecc.compile", str(exc).splitlines()[0])])
+        return eager
     _record.compiled += 1
     _record.kernels += len(program.kernels)
     _record.frozen += len(constants)

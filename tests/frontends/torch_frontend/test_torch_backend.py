@@ -191,3 +191,16 @@ def test_freeze_compiles_the_weights_in():
 def test_unknown_backend_options_are_refused():
     with pytest.raises(Exception, match="unknown fusecc backend option fast"):
         torch.compile(MLP(), backend="fusecc", options={"fast": True})(torch.randn(2, 32))
+
+
+def test_a_program_fusecc_cannot_compile_runs_in_eager(monkeypatch):
+    import fusecc.driver.program
+    from fusecc.compiler.diagnostics import UsageError
+
+    def refuse(*args, **kwargs):
+        raise UsageError("the CPU target cannot run this (a stand-in for a compiler limit)")
+
+    monkeypatch.setattr(fusecc.driver.program, "Program", refuse)
+    compiled_matches_eager(MLP(), torch.randn(4, 32))
+    report = fusecc.torch.explain()
+    assert "0 graphs compiled" in report and "fusecc.compile: the CPU target cannot run this" in report
