@@ -197,7 +197,23 @@ def resource_identity(module) -> str:
 
 def write_safetensors(arrays: dict[str, tuple[np.ndarray, object]], path: str | os.PathLike) -> None:
     """Write {name: (storage array, element type)} as a safetensors file (bf16 as its 2 bytes)."""
-    from safetensors import TensorSpec, serialize_file
+    from safetensors import serialize_file
+
+    specs, alive = _tensor_specs(arrays)
+    serialize_file(specs, str(path), None)
+
+
+def safetensors_bytes(arrays: dict[str, tuple[np.ndarray, object]]) -> bytes:
+    """What `write_safetensors` writes, as bytes."""
+    from safetensors import serialize
+
+    specs, alive = _tensor_specs(arrays)
+    return bytes(serialize(specs, None))
+
+
+def _tensor_specs(arrays: dict[str, tuple[np.ndarray, object]]):
+    """safetensors' specs of the arrays, and the buffers they point into (keep them alive)."""
+    from safetensors import TensorSpec
 
     specs, alive = {}, []
     for name, (array, element) in arrays.items():
@@ -209,7 +225,7 @@ def write_safetensors(arrays: dict[str, tuple[np.ndarray, object]], path: str | 
             dtype = data.dtype.name
         alive.append(data)  # serialize_file reads the data through pointers
         specs[name] = TensorSpec(dtype=dtype, shape=list(data.shape), data_ptr=data.ctypes.data, data_len=data.nbytes)
-    serialize_file(specs, str(path), None)
+    return specs, alive
 
 
 def save_module(

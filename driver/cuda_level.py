@@ -6,9 +6,12 @@ writes the CUDA C of every kernel (passes/backends/cuda/emit.py) and, beside it,
 `kernels.json` (named after the .cu file: `model.cu` -> `model.json`): the
 launch sequence of the entry schedule, each launch's grid, block, dynamic
 shared memory and arguments (program inputs and outputs by name, arena
-temporaries by byte offset, scalars by value), and the arena's size — the
-schema of passes/backends/cuda/manifest.py (docs/cuda-manifest.md). A host-side
-`loop.copy` becomes a launch of a copy kernel, so the runtime only launches.
+temporaries by byte offset, scalars by value, constants by name), and the
+arena's size — the schema of passes/backends/cuda/manifest.py
+(docs/cuda-manifest.md). A host-side `loop.copy` becomes a launch of a copy
+kernel, so the runtime only launches. Constants too large to bake into the
+source (weights) go to `kernels.safetensors` beside it; the runtime uploads
+them once per program load.
 
 The source goes through NVRTC's front end for `--arch` before it is written
 (`-fdevice-syntax-only`: 0.13 s for the LLaMA block, whose full PTX compile
@@ -28,6 +31,7 @@ from fusecc.compiler.types import MemRefType, index
 from fusecc.dialects import loop
 
 from fusecc.passes.backends.cuda.emit import COPY_KERNEL_BLOCK, CudaSource, EmitError, Place, buffer_places, copy_kernel_name, emit_cuda
+from fusecc.passes.lowering.buffer_facts import schedule_constant
 
 PHASE = "emit-cuda"
 
@@ -48,9 +52,15 @@ def entry_schedule(module: Operation, entry: str | None = None) -> loop.Schedule
     return schedules[0]
 
 
+def constants_file(source_file: str) -> str:
+    """Where the constants of `kernels.cu` go: `kernels.safetensors` beside it."""
+    return os.path.splitext(os.path.basename(source_file))[0] + ".safetensors"
+
+
 def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kernels.cu", arch: str | None = None, entry: str | None = None):
-    """The launch manifest of `module`'s entry schedule for the emitted `cuda`."""
-    from fusecc.passes.backends.cuda.manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg, TensorSpec
+    """The launch manifest of `module`'s entry schedule for the emitted `cuda`;
+    its constants carry their values (`data`) for `constants_bytes`."""
+    from fusecc.passes.backends.cuda.manifest import ArenaArg, ConstantArg, ConstantSpec, Launch, Manifest, ScalarArg, TensorArg, TensorSpec
 
     schedule = entry_schedule(module, entry)
     places = buffer_places(schedule)
@@ -59,7 +69,16 @@ def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kern
     def spec(arg: Value, name: str) -> TensorSpec:
         return TensorSpec(name, arg.type.shape, dtype_name(arg.type.element_type))
 
+    used: dict[str, ConstantSpec] = {}
+
     def argument(value: Value, where: str):
+        constant = schedule_constant(value)
+        if constant is not None and constant in cuda.constants:
+            name = cuda.constants[constant]
+            if name not in used:
+                t = constant.result.type
+                used[name] = ConstantSpec(name, t.shape, dtype_name(t.element_type), constants_file(source_file), name, constant.attr("value").array)
+            return ConstantArg(name)
         if not isinstance(value.type, MemRefType):
             op = value.defining_op
             if op is None or op.name != "arith.constant":
@@ -103,6 +122,7 @@ def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kern
         inputs=[spec(a, n) for a, n in zip(schedule.input_args, schedule.inputs)],
         outputs=[spec(a, n) for a, n in zip(schedule.output_args, schedule.outputs)],
         launches=launches,
+        constants=list(used.values()),
         arena_bytes=schedule.arena_size,
         entry=schedule.sym_name,
         arch=arch,
@@ -155,10 +175,19 @@ def compile_checked(cuda: CudaSource, filename: str, arch: str, resource_usage: 
 # --------------------------------------------------------------------------- the driver hook
 
 
-def cuda_level_outputs(module: Operation, *, arch: str = "sm_90", output: str | None = None, source_name: str | None = None, resource_usage: bool = False) -> tuple[str, dict[str, str], str]:
-    """`fusecc ... [-o kernels.cu]`: (the source, {path: text} of the
-    manifest beside -o, the resource usage as notes when asked); the tools
-    write all three."""
+def constants_bytes(manifest) -> bytes:
+    """The manifest's constants as the safetensors file it names."""
+    from fusecc.compiler.resources import safetensors_bytes
+    from fusecc.compiler.types import SCALAR_TYPES
+
+    return safetensors_bytes({c.tensor: (c.data, SCALAR_TYPES[c.dtype]) for c in manifest.constants})
+
+
+def cuda_level_outputs(module: Operation, *, arch: str = "sm_90", output: str | None = None, source_name: str | None = None, resource_usage: bool = False) -> tuple[str, dict[str, str | bytes], str]:
+    """`fusecc ... [-o kernels.cu]`: (the source, {path: content} of the
+    manifest and the constants file beside -o, the resource usage as notes
+    when asked); the tools write all three. Without -o there is no manifest
+    and no constants file: the source's note says so."""
     filename = os.path.basename(output) if output not in (None, "-") else "kernels.cu"
     try:
         cuda = emit_cuda(module, source_name)
@@ -175,4 +204,7 @@ def cuda_level_outputs(module: Operation, *, arch: str = "sm_90", output: str | 
         from fusecc.passes.backends.cuda.emit import MANIFEST_NOTE, NO_MANIFEST_NOTE
 
         return cuda.text.replace(MANIFEST_NOTE, NO_MANIFEST_NOTE, 1), {}, notes
-    return cuda.text, {os.path.splitext(output)[0] + ".json": manifest.to_json()}, notes
+    beside: dict[str, str | bytes] = {os.path.splitext(output)[0] + ".json": manifest.to_json()}
+    if manifest.constants:
+        beside[os.path.join(os.path.dirname(output), manifest.constants[0].file)] = constants_bytes(manifest)
+    return cuda.text, beside, notes

@@ -91,11 +91,11 @@ class _SimRunnable:
         self.module, self.manifest, self.names = cpu_module, manifest, names
 
     def run(self, inputs, entry=None, profile: list | None = None) -> list[np.ndarray]:
-        from fusecc.runtime.cuda.execute import Bound, from_device_layout, gather_inputs, plan_memory, to_device_layout
+        from fusecc.runtime.cuda.execute import Bound, constant_values, from_device_layout, gather_inputs, plan_memory, to_device_layout
 
         manifest = self.manifest
         host = gather_inputs(manifest, inputs)
-        bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8))
+        bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8), constant_values(manifest))
         for spec in manifest.inputs:
             bound.tensors[spec.name][...] = to_device_layout(host[spec.name], spec.dtype)
         for name, launch in zip(self.names, manifest.launches):

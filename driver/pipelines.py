@@ -29,7 +29,7 @@ class Emitted:
     files in `beside`, and `notes` to stderr: emitters write nothing."""
 
     text: str
-    beside: dict[str, str] = field(default_factory=dict)  # path -> text
+    beside: dict[str, str | bytes] = field(default_factory=dict)  # path -> text (or bytes: the CUDA constants file)
     notes: str = ""
 
 

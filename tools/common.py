@@ -63,12 +63,12 @@ def write_stdout(text: str) -> None:
         raise UsageError(f"could not write to standard output: {exc.strerror or exc}") from None
 
 
-def write_output(path: str | None, text: str) -> None:
+def write_output(path: str | None, text: str | bytes) -> None:
     if path in (None, "-"):
         write_stdout(text)
         return
     try:
-        with open(path, "w", encoding="utf-8") as f:
+        with open(path, "wb") if isinstance(text, bytes) else open(path, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as exc:
         raise UsageError(f"could not write '{path}': {exc.strerror}") from None

@@ -36,7 +36,7 @@ from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
-from fusecc.passes.lowering.buffer_facts import baked_constants, base_buffer, restrict_safe_params
+from fusecc.passes.lowering.buffer_facts import base_buffer, constant_params, restrict_safe_params
 
 ALIASED_ARGUMENTS = "aliased arguments"  # the one key of every argument a launch may overlap with another
 
@@ -243,7 +243,7 @@ def place_barriers(module: Operation) -> int:
     """Insert the barriers every GPU kernel of `module` needs, knowing which
     arguments its launches make overlap; returns how many."""
     restrict = restrict_safe_params(module)
-    constants = baked_constants(module)
+    constants = constant_params(module)
     kernels = [op for op in module.walk() if isinstance(op, loop.KernelOp) and op.is_gpu]
     return sum(place_barriers_in(k, restrict[k], set(constants.get(k, {}))) for k in kernels)
 

@@ -1,8 +1,9 @@
 """Facts about the buffers of loop IR that more than one later step needs:
 where a schedule buffer lives (so two kernel arguments may overlap), which
 kernel parameters no launch makes overlap a written one (`__restrict__`
-on CUDA, and the barrier pass's aliasing), and which arguments every launch
-fills with the same schedule constant (read as constant data)."""
+on CUDA, and the barrier pass's aliasing), which arguments every launch
+fills with a schedule constant (read only), and which of those a GPU
+backend compiles into the kernel (small, and the same at every launch)."""
 
 from __future__ import annotations
 
@@ -87,20 +88,46 @@ def schedule_constant(value: Value) -> loop.ConstantOp | None:
     return op if isinstance(op, loop.ConstantOp) and isinstance(op.parent_op, loop.ScheduleOp) else None
 
 
-class ConflictingConstants(ValueError):
-    """Launches of one kernel pass different constants (or a constant and a buffer) as one argument."""
+# A schedule constant of at most this many bytes (a scalar, a small table) may
+# be compiled into a GPU kernel's source; larger ones (weights) are buffers
+# the runtime uploads once and launches pass like any other argument (the
+# manifest's `constants`), so the source stays small whatever the model.
+BAKE_LIMIT_BYTES = 1024
 
 
-def baked_constants(module: Operation) -> dict[loop.KernelOp, dict[int, loop.ConstantOp]]:
-    """Kernel arguments that every launch fills with the same schedule
-    constant: a backend may read the data directly instead of passing it."""
-    found: dict[loop.KernelOp, dict[int, loop.ConstantOp]] = {}
+def constant_params(module: Operation) -> dict[loop.KernelOp, dict[int, list[loop.ConstantOp]]]:
+    """Kernel arguments that every launch fills with a schedule constant (read
+    only, never overlapping a written buffer), with the distinct constants
+    the launches pass there. Launches of a kernel shared by identical layers
+    pass each layer's own weights."""
+    found: dict[loop.KernelOp, dict[int, list[loop.ConstantOp]]] = {}
     for schedule in schedules(module):
         for launch in schedule.launches():
             kernel = launch.resolve()
             constants = {i: schedule_constant(v) for i, v in enumerate(launch.operands) if isinstance(v.type, MemRefType)}
             if kernel not in found:
-                found[kernel] = {i: c for i, c in constants.items() if c is not None}
-            elif any(found[kernel].get(i) is not c for i, c in constants.items()):
-                raise ConflictingConstants(f"launches of @{kernel.sym_name} pass different constants (or a constant and a buffer) as one argument")
+                found[kernel] = {i: [c] for i, c in constants.items() if c is not None}
+                continue
+            for i, passed in list(found[kernel].items()):
+                c = constants.get(i)
+                if c is None:
+                    del found[kernel][i]
+                elif all(c is not other for other in passed):
+                    passed.append(c)
     return found
+
+
+def is_bakeable(constant: loop.ConstantOp) -> bool:
+    return constant.result.type.byte_size <= BAKE_LIMIT_BYTES
+
+
+def baked_constants(module: Operation) -> dict[loop.KernelOp, dict[int, loop.ConstantOp]]:
+    """Kernel arguments a GPU backend compiles into the kernel as constant
+    data (the launch leaves them out): every launch passes the same small
+    schedule constant there. Sharing a kernel between layers never changes
+    what it computes: where the launches pass different constants, or a large
+    one, the argument stays an argument."""
+    return {
+        kernel: {i: passed[0] for i, passed in params.items() if len(passed) == 1 and is_bakeable(passed[0])}
+        for kernel, params in constant_params(module).items()
+    }

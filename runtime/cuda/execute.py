@@ -3,7 +3,10 @@ on a GPU through runtime.py; both share the memory plan and argument binding.
 
 Device memory is one allocation: the arena of temporaries at offset 0 (the
 manifest's arena offsets are relative to it), then every input, then every
-output, each at a 256-byte aligned offset. Values cross between numpy and
+output, then every constant, each at a 256-byte aligned offset. Constants
+are written once when a program is loaded: from the manifest's in-memory
+values when it was built in this process, else from the safetensors file it
+names beside it (`folder`). Values cross between numpy and
 the device layout here: bf16 travels as its uint16 bit pattern (the host
 holds bf16 values widened to float32, see compiler/types.py), i1 as one
 byte per element.
@@ -13,12 +16,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fusecc.passes.backends.cuda.manifest import ArenaArg, Launch, Manifest, ScalarArg, TensorArg
+from fusecc.passes.backends.cuda.manifest import ArenaArg, ConstantArg, Launch, Manifest, ScalarArg, TensorArg
 
 ALIGNMENT = 256
 
@@ -66,15 +69,19 @@ def _aligned(n: int) -> int:
 class MemoryPlan:
     total_bytes: int
     offsets: dict[str, int]  # of each input and output; the arena starts at 0
+    constant_offsets: dict[str, int] = field(default_factory=dict)  # of each constant, after the outputs
 
 
 def plan_memory(manifest: Manifest) -> MemoryPlan:
     offset = _aligned(manifest.arena_bytes)
-    offsets = {}
+    offsets, constant_offsets = {}, {}
     for spec in (*manifest.inputs, *manifest.outputs):
         offsets[spec.name] = offset
         offset += _aligned(spec.nbytes)
-    return MemoryPlan(max(offset, ALIGNMENT), offsets)
+    for constant in manifest.constants:
+        constant_offsets[constant.name] = offset
+        offset += _aligned(constant.nbytes)
+    return MemoryPlan(max(offset, ALIGNMENT), offsets, constant_offsets)
 
 
 def tensor_view(memory, offset: int, shape: Sequence[int], dtype: str):
@@ -100,6 +107,37 @@ def gather_inputs(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any])
     return gathered
 
 
+def constant_values(manifest: Manifest, folder: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
+    """Each constant's values in device layout: the manifest's own (built in
+    this process) or read from the file it names inside `folder`."""
+    values: dict[str, np.ndarray] = {}
+    files: dict[str, Any] = {}
+    for spec in manifest.constants:
+        data = spec.data
+        if data is None:
+            data = _read_constant(spec, folder, files)
+        data = np.asarray(data)
+        if data.shape != spec.shape:
+            raise ExecutionError(f"constant '{spec.name}' has shape {list(data.shape)}, the manifest says {list(spec.shape)}")
+        values[spec.name] = to_device_layout(data, spec.dtype)
+    return values
+
+
+def _read_constant(spec, folder, files: dict) -> np.ndarray:
+    from fusecc.compiler.paths import PathOutsideFolder, resolve_inside
+    from fusecc.compiler.resources import ResourceError, ResourceFile
+    from fusecc.compiler.types import SCALAR_TYPES, TensorType
+
+    if folder is None:
+        raise ExecutionError(f"constant '{spec.name}' is read from '{spec.file}' beside the manifest: give the manifest's folder")
+    try:
+        if spec.file not in files:
+            files[spec.file] = ResourceFile(resolve_inside(folder, spec.file, "a manifest's constants file"))
+        return files[spec.file].array(spec.tensor, TensorType(spec.shape, SCALAR_TYPES[spec.dtype]))
+    except (PathOutsideFolder, ResourceError) as exc:
+        raise ExecutionError(f"constant '{spec.name}': {exc}") from None
+
+
 def scalar_value(arg: ScalarArg):
     if arg.dtype == "bf16":
         from fusecc.runtime.cuda.cpu_harness.loader import bf16_bits
@@ -111,11 +149,17 @@ def scalar_value(arg: ScalarArg):
 class Bound:
     """The one allocation of a program, viewed as its tensors."""
 
-    def __init__(self, manifest: Manifest, memory):
+    def __init__(self, manifest: Manifest, memory, constants: Mapping[str, np.ndarray] | None = None):
+        """`constants` (constant_values) are written into numpy memory here;
+        for device memory, the runtime writes `self.constants` itself."""
         self.manifest = manifest
         self.memory = memory
         self.plan = plan_memory(manifest)
         self.tensors = {s.name: tensor_view(memory, self.plan.offsets[s.name], s.shape, s.dtype) for s in (*manifest.inputs, *manifest.outputs)}
+        self.constants = {c.name: tensor_view(memory, self.plan.constant_offsets[c.name], c.shape, c.dtype) for c in manifest.constants}
+        if constants is not None:
+            for name, view in self.constants.items():
+                view[...] = constants[name]
 
     def args(self, launch: Launch) -> list:
         bound = []
@@ -124,6 +168,8 @@ class Bound:
                 bound.append(self.tensors[arg.name])
             elif isinstance(arg, ArenaArg):
                 bound.append(tensor_view(self.memory, arg.offset, arg.shape, arg.dtype))
+            elif isinstance(arg, ConstantArg):
+                bound.append(self.constants[arg.name])
             else:
                 bound.append(scalar_value(arg))
         return bound
@@ -136,13 +182,15 @@ def run_on_cpu(
     *,
     cache_dir: str | os.PathLike | None = None,
     workers: int | None = None,
+    folder: str | os.PathLike | None = None,
 ) -> dict[str, np.ndarray]:
-    """Compile `source` for the CPU harness and run the manifest's launches in order."""
+    """Compile `source` for the CPU harness and run the manifest's launches in
+    order (constants from `folder` when the manifest was read from a file)."""
     from fusecc.runtime.cuda.cpu_harness import CpuModule
 
     host_inputs = gather_inputs(manifest, inputs)
     module = CpuModule.compile(source, manifest.source, cache_dir=cache_dir)
-    bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8))
+    bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8), constant_values(manifest, folder))
     for spec in manifest.inputs:
         bound.tensors[spec.name][...] = to_device_layout(host_inputs[spec.name], spec.dtype)
     for launch in manifest.launches:

@@ -6,8 +6,9 @@
   for the device's own architecture. Cubins are cached on disk under a
   digest of the source, arch, NVRTC version and flags (runtime/cache.py:
   a private folder, content digest checked before use); CuPy loads them (`RawModule(path=...)`).
-- One device allocation holds the arena, the inputs and the outputs
-  (execute.plan_memory); arguments are bound once, since nothing moves.
+- One device allocation holds the arena, the inputs, the outputs and the
+  constants (execute.plan_memory); arguments are bound once, since nothing
+  moves, and constants (weights) are uploaded once, when a program is prepared.
 - Launches run in order on one stream. `capture_graph()` records them once
   as a CUDA graph and later calls replay it: one launch instead of one per
   kernel (seed point 1: launch overhead).
@@ -27,7 +28,7 @@ import numpy as np
 from fusecc.runtime import cache
 
 from fusecc.runtime.cuda.driver_check import driver_mismatch, dynamic_shared_opt_in, split_driver_version, wheel_cuda_majors
-from fusecc.runtime.cuda.execute import Bound, from_device_layout, gather_inputs, plan_memory, to_device_layout
+from fusecc.runtime.cuda.execute import Bound, constant_values, from_device_layout, gather_inputs, plan_memory, to_device_layout
 from fusecc.passes.backends.cuda.manifest import Manifest
 from fusecc.runtime.cuda.nvrtc import NvrtcOptions, compile_cuda, nvrtc_version
 from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME
@@ -107,21 +108,25 @@ class CudaRuntime:
                 self._modules[path] = self.cp.RawModule(path=str(path))
         return self._modules[path]
 
-    def prepare(self, manifest: Manifest, source: str) -> "GpuProgram":
-        return GpuProgram(self, manifest, self.module(source, manifest.source))
+    def prepare(self, manifest: Manifest, source: str, folder: str | os.PathLike | None = None) -> "GpuProgram":
+        """Load `source`, allocate, upload the constants (from `folder` when
+        the manifest was read from a file) and bind the arguments."""
+        return GpuProgram(self, manifest, self.module(source, manifest.source), constant_values(manifest, folder))
 
-    def run(self, manifest: Manifest, source: str, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
-        return self.prepare(manifest, source)(inputs)
+    def run(self, manifest: Manifest, source: str, inputs: Mapping[str, Any] | Sequence[Any], folder: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
+        return self.prepare(manifest, source, folder)(inputs)
 
 
 class GpuProgram:
     """A program's kernels, memory and bound arguments on one device."""
 
-    def __init__(self, runtime: CudaRuntime, manifest: Manifest, module):
+    def __init__(self, runtime: CudaRuntime, manifest: Manifest, module, constants: Mapping[str, np.ndarray] | None = None):
         self.runtime = runtime
         self.manifest = manifest
         with runtime.device, runtime.stream:  # zeroed on the stream that then uses it
             self.bound = Bound(manifest, runtime.cp.zeros(plan_memory(manifest).total_bytes, dtype=runtime.cp.uint8))
+            for name, view in self.bound.constants.items():  # once per program: later calls only copy inputs
+                view.set((constants or {})[name], stream=runtime.stream)
             self.kernels = {name: module.get_function(name) for name in manifest.kernel_names}
         device_limit = runtime.cp.cuda.runtime.getDeviceProperties(runtime.device.id).get("sharedMemPerBlockOptin")
         for launch in manifest.launches:

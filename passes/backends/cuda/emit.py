@@ -6,8 +6,10 @@ docs/legalize.md) and `place-barriers` (every `loop.barrier` shared and
 global memory need, knowing which arguments the launches make overlap).
 Then it only prints: each `loop.kernel` becomes an `extern "C" __global__`
 function (kernel.py, its `arith`/`math` ops from the table in op_table.py),
-the schedule's `loop.copy`s copy and fill kernels, its constants file-scope
-data. Float literals are exact (shortest round-trip spelling); infinities
+the schedule's `loop.copy`s copy and fill kernels, its small constants
+file-scope data (buffer_facts.baked_constants); the others, a model's
+weights, stay kernel arguments, listed in `CudaSource.constants` for the
+manifest, whose runtime uploads them once. Float literals are exact (shortest round-trip spelling); infinities
 are the prelude's macros, NaNs bit casts. The float modes (NVRTC flags) are
 in docs/cuda-target.md.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fusecc.compiler import attributes as A
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.compiler.types import MemRefType, ScalarType, index
@@ -27,7 +30,7 @@ from fusecc.dialects import loop
 from fusecc.passes.backends.cuda.c_text import C_STORAGE, STORE_CONVERSION, c_identifier, constant_array, float_literal, is_reduced_float, unique_global
 from fusecc.passes.backends.cuda.kernel import EmitError, KernelParam, KernelRenderer
 from fusecc.passes.backends.cuda.source import prelude_text
-from fusecc.passes.lowering.buffer_facts import ConflictingConstants, Place, base_buffer, baked_constants, buffer_places, restrict_safe_params, schedule_constant
+from fusecc.passes.lowering.buffer_facts import Place, base_buffer, baked_constants, buffer_places, is_bakeable, restrict_safe_params, schedule_constant
 
 BACKEND_PASSES = "legalize{{target={target}}},place-barriers"
 
@@ -57,7 +60,10 @@ class KernelInfo:
 class CudaSource:
     text: str
     kernels: list[KernelInfo] = field(default_factory=list)
-    fills: dict = field(default_factory=dict)  # loop.copy of a schedule constant -> its fill kernel's name
+    fills: dict = field(default_factory=dict)  # loop.copy of a small schedule constant -> its fill kernel's name
+    # Schedule constants passed as device buffers (too large to bake, or not
+    # the same at every launch of a shared kernel) -> their names in the manifest.
+    constants: dict = field(default_factory=dict)
 
     def kernel(self, name: str) -> KernelInfo:
         for k in self.kernels:
@@ -162,13 +168,13 @@ def render_cuda(module: Operation, source_name: str | None = None) -> CudaSource
     if len(taken) != len(kernels):
         raise EmitError("two kernels have the same name in C: " + ", ".join(sorted(k.sym_name for k in kernels)))
 
-    # Constants of the schedule: file-scope data, read by kernels in place of an argument or copied by a fill kernel.
-    try:
-        baked = baked_constants(module)
-    except ConflictingConstants as exc:
-        raise EmitError(str(exc)) from None
+    # Small constants of the schedule: file-scope data, read by kernels in
+    # place of an argument or copied by a fill kernel. The others are device
+    # buffers the runtime uploads once (the manifest's `constants`).
+    baked = baked_constants(module)
     copies = [op for op in module.walk() if isinstance(op, loop.CopyOp)]
-    fills = [op for op in copies if schedule_constant(op.source) is not None]
+    fills = [op for op in copies if schedule_constant(op.source) is not None and is_bakeable(schedule_constant(op.source))]
+    passed = device_constants(module, baked, fills)
     data_names: dict[loop.ConstantOp, str] = {}  # -> the C expression reading it
     data_lines: list[str] = []
     for constant in [c for k in kernels for c in baked.get(k, {}).values()] + [schedule_constant(op.source) for op in fills]:
@@ -219,7 +225,28 @@ def render_cuda(module: Operation, source_name: str | None = None) -> CudaSource
         element, n = op.target.type.element_type, op.target.type.num_elements
         params = [KernelParam("target", f"{'long long' if element is index else C_STORAGE[element]}* __restrict__", str(op.target.type), True)]
         add(fill_kernel(name, element, data_names[schedule_constant(op.source)], n), (name, "", (-(-n // COPY_KERNEL_BLOCK), 1, 1), (COPY_KERNEL_BLOCK, 1, 1), 0, 0, params, None, "copy"))
-    return CudaSource("\n".join(lines) + "\n", infos, fill_names)
+    return CudaSource("\n".join(lines) + "\n", infos, fill_names, passed)
+
+
+def device_constants(module: Operation, baked: dict, fills: list) -> dict[loop.ConstantOp, str]:
+    """The schedule constants launches and copies pass as buffers, named
+    uniquely after their values (the manifest's and the weights file's keys)."""
+    found: list[loop.ConstantOp] = []
+    for schedule in (op for op in module.walk() if isinstance(op, loop.ScheduleOp)):
+        for op in schedule.body:
+            if isinstance(op, loop.LaunchOp):
+                kernel = op.resolve()
+                skip = baked.get(kernel, {})
+                found += [c for i, v in enumerate(op.operands) if i not in skip and (c := schedule_constant(v)) is not None]
+            elif isinstance(op, loop.CopyOp) and op not in fills and (c := schedule_constant(op.source)) is not None:
+                found.append(c)
+    names: dict[loop.ConstantOp, str] = {}
+    taken: set[str] = set()
+    for constant in dict.fromkeys(found):
+        value = constant.attr("value")
+        hint = value.name if isinstance(value, A.DenseResourceElementsAttr) else c_identifier(constant.result.name_hint)
+        names[constant] = unique_global(hint or "constant", taken)
+    return names
 
 
 __all__ = ["COPY_KERNEL_BLOCK", "CudaSource", "EmitError", "KernelInfo", "KernelParam", "Place", "base_buffer", "buffer_places", "c_identifier", "copy_kernel_name", "emit_cuda", "float_literal", "render_cuda", "restrict_safe_params"]

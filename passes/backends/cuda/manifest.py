@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added `constants`; a document without constants is still written as version 1
+READABLE_VERSIONS = (1, 2)
 MAX_THREADS_PER_BLOCK = 1024
 # Dynamic shared memory a kernel may use without opting in; above it the host
 # must raise the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first.
@@ -86,7 +87,34 @@ class ScalarArg:
         return {"scalar": self.value, "dtype": self.dtype}
 
 
-Arg = Union[TensorArg, ArenaArg, ScalarArg]
+@dataclass(frozen=True)
+class ConstantSpec(_ShapedBuffer):
+    """A constant the runtime uploads once per program load: tensor `tensor`
+    of the safetensors `file` (relative to the manifest's folder). `data`
+    holds the values in memory when the manifest was built in this process."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    file: str
+    tensor: str
+    data: Any = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "file": self.file, "tensor": self.tensor}
+
+
+@dataclass(frozen=True)
+class ConstantArg:
+    """A pointer to a constant of the manifest, by name."""
+
+    name: str
+
+    def to_dict(self) -> dict:
+        return {"constant": self.name}
+
+
+Arg = Union[TensorArg, ArenaArg, ScalarArg, ConstantArg]
 
 
 @dataclass(frozen=True)
@@ -132,11 +160,14 @@ class Manifest:
     entry: str = "main"
     arch: str | None = None  # what the kernels were tiled for; they compile for any
     compile_options: tuple[str, ...] = COMPILE_OPTIONS  # give these to NVRTC/nvcc, with -arch
-    version: int = field(default=SCHEMA_VERSION)
+    constants: tuple[ConstantSpec, ...] = ()
+    version: int | None = None  # None: the lowest version that can say what this manifest holds
 
     def __post_init__(self):
-        for name in ("inputs", "outputs", "launches", "compile_options"):
+        for name in ("inputs", "outputs", "launches", "compile_options", "constants"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.version is None:
+            object.__setattr__(self, "version", SCHEMA_VERSION if self.constants else 1)
         self.validate()
 
     @property
@@ -145,6 +176,12 @@ class Manifest:
 
     def spec(self, name: str) -> TensorSpec:
         for spec in (*self.inputs, *self.outputs):
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def constant(self, name: str) -> ConstantSpec:
+        for spec in self.constants:
             if spec.name == name:
                 return spec
         raise KeyError(name)
@@ -159,6 +196,7 @@ class Manifest:
             "arena_bytes": self.arena_bytes,
             "inputs": [s.to_dict() for s in self.inputs],
             "outputs": [s.to_dict() for s in self.outputs],
+            "constants": [c.to_dict() for c in self.constants] if self.constants else None,
             "launches": [launch.to_dict() for launch in self.launches],
         }
         return {k: v for k, v in document.items() if v is not None}
@@ -181,8 +219,17 @@ class Manifest:
     def validate(self) -> None:
         """Check what the types cannot: names resolve, the arena holds every
         temporary, launches fit the hardware's limits."""
-        if self.version != SCHEMA_VERSION:
-            raise ManifestError(f"version: this fusecc reads version {SCHEMA_VERSION}, not {self.version}")
+        if self.version not in READABLE_VERSIONS:
+            raise ManifestError(f"version: this fusecc reads versions {', '.join(map(str, READABLE_VERSIONS))}, not {self.version}")
+        if self.constants and self.version < 2:
+            raise ManifestError(f"constants: need version 2, the document says {self.version}")
+        constant_names = [c.name for c in self.constants]
+        if len(set(constant_names)) != len(constant_names):
+            raise ManifestError(f"constants: names must be unique, got {constant_names}")
+        for i, constant in enumerate(self.constants):
+            _check_dtype(constant.dtype, f"constants[{i}] ('{constant.name}')")
+            if not constant.file or constant.file.startswith(("/", "\\")) or ".." in constant.file.replace("\\", "/").split("/"):
+                raise ManifestError(f"constants[{i}] ('{constant.name}').file: '{constant.file}' must name a file inside the manifest's folder")
         names = [s.name for s in (*self.inputs, *self.outputs)]
         if len(set(names)) != len(names):
             raise ManifestError(f"inputs/outputs: names must be unique, got {names}")
@@ -204,6 +251,9 @@ class Manifest:
                 if isinstance(arg, TensorArg):
                     if roles.get(arg.name) != arg.role:
                         raise ManifestError(f"{at}: no {arg.role} named '{arg.name}'")
+                elif isinstance(arg, ConstantArg):
+                    if arg.name not in constant_names:
+                        raise ManifestError(f"{at}: no constant named '{arg.name}'")
                 elif isinstance(arg, ArenaArg):
                     _check_dtype(arg.dtype, at)
                     if arg.offset < 0 or arg.offset + arg.nbytes > self.arena_bytes:
@@ -250,15 +300,23 @@ class _Reader:
         return TensorSpec(self.field(obj, "name", str, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
 
     def arg(self, obj: Any, where: str) -> Arg:
-        kinds = [k for k in ("input", "output", "arena", "scalar") if isinstance(obj, dict) and k in obj]
+        kinds = [k for k in ("input", "output", "arena", "scalar", "constant") if isinstance(obj, dict) and k in obj]
         if len(kinds) != 1:
-            raise ManifestError(f"{where}: an argument has exactly one of input, output, arena, scalar")
+            raise ManifestError(f"{where}: an argument has exactly one of input, output, arena, scalar, constant")
         kind = kinds[0]
+        if kind == "constant":
+            return ConstantArg(self.field(obj, "constant", str, where))
         if kind in ("input", "output"):
             return TensorArg(kind, self.field(obj, kind, str, where))
         if kind == "arena":
             return ArenaArg(self.field(obj, "arena", int, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
         return ScalarArg(self.field(obj, "scalar", (int, float), where), self.field(obj, "dtype", str, where))
+
+    def constant(self, obj: Any, where: str) -> ConstantSpec:
+        return ConstantSpec(
+            self.field(obj, "name", str, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where),
+            self.field(obj, "file", str, where), self.field(obj, "tensor", str, where),
+        )
 
     def launch(self, obj: Any, where: str) -> Launch:
         grid, block = self.ints(obj, "grid", where), self.ints(obj, "block", where)
@@ -289,5 +347,6 @@ class _Reader:
             arena_bytes=self.field(doc, "arena_bytes", int, where, 0),
             inputs=tuple(self.spec(s, f"inputs[{i}]") for i, s in enumerate(self.field(doc, "inputs", list, where))),
             outputs=tuple(self.spec(s, f"outputs[{i}]") for i, s in enumerate(self.field(doc, "outputs", list, where))),
+            constants=tuple(self.constant(c, f"constants[{i}]") for i, c in enumerate(self.field(doc, "constants", list, where, []))),
             launches=tuple(self.launch(l, f"launches[{i}]") for i, l in enumerate(self.field(doc, "launches", list, where))),
         )
