@@ -1,6 +1,6 @@
 // Launch fusecc's kernels on a GPU from C++: the driver API and NVRTC, no fusecc.
 //
-//   fusecc model.ir -o kernels.cu                 # kernels.cu + kernels.json
+//   fusecc model.ir -o kernels.cu                 # kernels.cu + kernels.json (+ kernels.safetensors: weights)
 //   nvcc -std=c++17 -o launch launch.cpp -lcuda -lnvrtc
 //   ./launch kernels.json                          # reads NAME.bin per input, writes NAME.bin per output
 //
@@ -8,10 +8,12 @@
 // f16 as IEEE half, bf16 as its 16-bit pattern, i1 one byte per element).
 // Steps, as docs/cuda-manifest.md describes: compile the source with NVRTC and
 // the manifest's compile_options, make one allocation (the arena, then each
-// input, then each output, each 256-byte aligned), copy inputs in, opt kernels
+// input, then each output, then each constant, each 256-byte aligned), upload
+// the constants from the safetensors file the manifest names (its bytes are the
+// device layout already), copy inputs in, opt kernels
 // in to the dynamic shared memory their launches need (shared_opt_in), launch
 // in order on one stream, copy outputs out. The JSON reader below reads the
-// manifest and nothing else (no escapes beyond \" and \\).
+// manifest and safetensors headers, nothing else (no escapes beyond \" and \\).
 #include <cuda.h>
 #include <nvrtc.h>
 
@@ -198,13 +200,15 @@ int main(int argc, char** argv) {
   const std::string manifest_path = argv[1];
   const std::string folder = manifest_path.find('/') == std::string::npos ? "" : manifest_path.substr(0, manifest_path.rfind('/') + 1);
   const Json manifest = JsonReader(read_file(manifest_path)).read();
-  if (manifest["version"].integer() != 1) { std::fprintf(stderr, "this host reads manifest version 1\n"); return 1; }
+  const long long version = manifest["version"].integer();
+  if (version != 1 && version != 2) { std::fprintf(stderr, "this host reads manifest versions 1 and 2\n"); return 1; }
 
-  // The memory plan: arena at 0, then inputs, then outputs, each aligned.
-  std::map<std::string, size_t> offsets;
+  // The memory plan: arena at 0, then inputs, then outputs, then constants, each aligned.
+  std::map<std::string, size_t> offsets, constant_offsets;
   size_t end = static_cast<size_t>(manifest["arena_bytes"].integer());
   for (const char* role : {"inputs", "outputs"})
     for (const Json& t : manifest[role].items) { offsets[t["name"].text] = aligned(end); end = offsets[t["name"].text] + tensor_bytes(t); }
+  for (const Json& c : manifest["constants"].items) { constant_offsets[c["name"].text] = aligned(end); end = constant_offsets[c["name"].text] + tensor_bytes(c); }
   const size_t total = aligned(end > 0 ? end : 1);
 
   CHECK_CU(cuInit(0));
@@ -234,6 +238,26 @@ int main(int argc, char** argv) {
     if (bytes.size() != tensor_bytes(t)) { std::fprintf(stderr, "%s.bin: %zu bytes, expected %zu\n", t["name"].text.c_str(), bytes.size(), tensor_bytes(t)); return 1; }
     CHECK_CU(cuMemcpyHtoD(base + offsets[t["name"].text], bytes.data(), bytes.size()));
   }
+  // Constants (weights), once: tensor `tensor` of the safetensors file `file` beside the manifest.
+  std::map<std::string, std::string> files;
+  for (const Json& c : manifest["constants"].items) {
+    const std::string& file = c["file"].text;
+    if (file.empty() || file[0] == '/' || file.find("..") != std::string::npos) { std::fprintf(stderr, "constant file '%s' is not inside the manifest's folder\n", file.c_str()); return 1; }
+    if (!files.count(file)) files[file] = read_file(folder + file);
+    const std::string& data = files[file];
+    uint64_t header_size = 0;
+    for (int b = 7; b >= 0 && data.size() >= 8; --b) header_size = header_size << 8 | static_cast<unsigned char>(data[b]);
+    if (data.size() < 8 || header_size > data.size() - 8) { std::fprintf(stderr, "%s: not a safetensors file\n", file.c_str()); return 1; }
+    const Json header = JsonReader(data.substr(8, header_size)).read();
+    const Json& entry = header[c["tensor"].text];
+    const size_t first = static_cast<size_t>(entry["data_offsets"].items.size() == 2 ? entry["data_offsets"].items[0].integer() : 0);
+    const size_t last = static_cast<size_t>(entry["data_offsets"].items.size() == 2 ? entry["data_offsets"].items[1].integer() : 0);
+    if (last - first != tensor_bytes(c) || last < first || 8 + header_size + last > data.size()) {
+      std::fprintf(stderr, "%s: no tensor '%s' of %zu bytes\n", file.c_str(), c["tensor"].text.c_str(), tensor_bytes(c));
+      return 1;
+    }
+    CHECK_CU(cuMemcpyHtoD(base + constant_offsets[c["name"].text], data.data() + 8 + header_size + first, last - first));
+  }
 
   for (const Json& launch : manifest["launches"].items) {
     std::vector<CUdeviceptr> pointers;
@@ -247,6 +271,9 @@ int main(int argc, char** argv) {
         params.push_back(&pointers.back());
       } else if (arg.has("arena")) {
         pointers.push_back(base + static_cast<size_t>(arg["arena"].integer()));
+        params.push_back(&pointers.back());
+      } else if (arg.has("constant")) {
+        pointers.push_back(base + constant_offsets[arg["constant"].text]);
         params.push_back(&pointers.back());
       } else {
         scalars.push_back(scalar(arg));

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Launch fusecc's kernels on a GPU with nothing but numpy and cuda-bindings.
 
-    fusecc model.ir -o kernels.cu                      # kernels.cu + kernels.json
+    fusecc model.ir -o kernels.cu       # kernels.cu + kernels.json (+ kernels.safetensors: the weights)
     python launch.py kernels.json --inputs in.npz -o out.npz
 
 It reads the manifest (docs/cuda-manifest.md), compiles kernels.cu with NVRTC
 and the options the manifest gives, makes one device allocation (the arena,
-then each input, then each output, each 256-byte aligned), copies the inputs
-in, opts each kernel in to the dynamic shared memory its launches need
+then each input, then each output, then each constant, each 256-byte
+aligned), uploads the constants from the safetensors file the manifest names
+(once), copies the inputs in, opts each kernel in to the dynamic shared memory its launches need
 (`shared_opt_in`), launches in order on one stream and copies the outputs out.
 The first half (reading the manifest, planning memory, packing arguments) is
 plain numpy; only `CudaDriver` needs cuda-bindings and a GPU, so the rest runs,
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSIONS = (1, 2)  # 2 adds `constants`
 ALIGNMENT = 256  # every tensor starts at a multiple of this (cudaMalloc's alignment)
 # How each element type is held in device memory: bf16 as its 16-bit pattern, i1 as one byte.
 STORAGE = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16,
@@ -41,9 +42,30 @@ SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_
 
 def read_manifest(path: str | pathlib.Path) -> dict:
     manifest = json.loads(pathlib.Path(path).read_text())
-    if manifest.get("version") != SCHEMA_VERSION:
-        raise SystemExit(f"{path}: this host program reads manifest version {SCHEMA_VERSION}, not {manifest.get('version')}")
+    if manifest.get("version") not in SCHEMA_VERSIONS:
+        raise SystemExit(f"{path}: this host program reads manifest versions {SCHEMA_VERSIONS}, not {manifest.get('version')}")
     return manifest
+
+
+def read_constants(manifest: dict, folder: str | pathlib.Path) -> dict[str, bytes]:
+    """Each constant's bytes, read from the safetensors file the manifest names
+    inside `folder`. safetensors stores little-endian rows, bf16 as its 16-bit
+    pattern and bool as a byte: the device layout already."""
+    root, files, found = pathlib.Path(folder).resolve(), {}, {}
+    for constant in manifest.get("constants", []):
+        path = (root / constant["file"]).resolve()
+        if pathlib.Path(constant["file"]).is_absolute() or not path.is_relative_to(root):
+            raise SystemExit(f"constant '{constant['name']}': '{constant['file']}' is not inside {root}")
+        if path not in files:
+            data = path.read_bytes()
+            size = int.from_bytes(data[:8], "little")
+            files[path] = (json.loads(data[8 : 8 + size]), memoryview(data)[8 + size :])
+        header, body = files[path]
+        entry = header.get(constant["tensor"])
+        if entry is None or list(entry["shape"]) != list(constant["shape"]) or entry["data_offsets"][1] - entry["data_offsets"][0] != nbytes(constant):
+            raise SystemExit(f"constant '{constant['name']}': {path.name} has no tensor '{constant['tensor']}' of shape {constant['shape']} and dtype {constant['dtype']}")
+        found[constant["name"]] = bytes(body[entry["data_offsets"][0] : entry["data_offsets"][1]])
+    return found
 
 
 def aligned(n: int) -> int:
@@ -58,15 +80,19 @@ def nbytes(tensor: dict) -> int:
 class MemoryPlan:
     offsets: dict[str, int]  # input/output name -> byte offset in the one allocation
     total_bytes: int
+    constant_offsets: dict[str, int]  # constant name -> byte offset
 
 
 def plan_memory(manifest: dict) -> MemoryPlan:
-    """The arena at 0, then each input, then each output, each aligned."""
-    offsets, end = {}, manifest.get("arena_bytes", 0)
+    """The arena at 0, then each input, then each output, then each constant, each aligned."""
+    offsets, constant_offsets, end = {}, {}, manifest.get("arena_bytes", 0)
     for tensor in manifest["inputs"] + manifest["outputs"]:
         offsets[tensor["name"]] = aligned(end)
         end = offsets[tensor["name"]] + nbytes(tensor)
-    return MemoryPlan(offsets, aligned(max(end, 1)))
+    for constant in manifest.get("constants", []):
+        constant_offsets[constant["name"]] = aligned(end)
+        end = constant_offsets[constant["name"]] + nbytes(constant)
+    return MemoryPlan(offsets, aligned(max(end, 1)), constant_offsets)
 
 
 def bf16_bits(values: np.ndarray) -> np.ndarray:
@@ -110,6 +136,8 @@ def launch_arguments(launch: dict, base: int, plan: MemoryPlan) -> list:
             values.append(ctypes.c_void_p(base + plan.offsets[arg.get("input", arg.get("output"))]))
         elif "arena" in arg:
             values.append(ctypes.c_void_p(base + arg["arena"]))
+        elif "constant" in arg:
+            values.append(ctypes.c_void_p(base + plan.constant_offsets[arg["constant"]]))
         else:
             values.append(scalar(arg))
     return values
@@ -124,10 +152,12 @@ def shared_memory_opt_ins(manifest: dict) -> dict[str, int]:
     return needs
 
 
-def run(manifest: dict, source: str, inputs: dict, driver) -> dict[str, np.ndarray]:
-    """Compile, copy in, launch in order, copy out; `driver` is a CudaDriver
-    (or anything with its methods)."""
+def run(manifest: dict, source: str, inputs: dict, driver, folder: str | pathlib.Path = ".") -> dict[str, np.ndarray]:
+    """Compile, upload the constants (from `folder`, the manifest's), copy in,
+    launch in order, copy out; `driver` is a CudaDriver (or anything with its
+    methods). A program run many times would upload its constants once."""
     plan = plan_memory(manifest)
+    constants = read_constants(manifest, folder)
     module = driver.load(driver.compile(source, manifest["source"], manifest.get("compile_options", ["-std=c++17"])))
     kernels = {launch["kernel"]: None for launch in manifest["launches"]}
     for name in kernels:
@@ -137,6 +167,8 @@ def run(manifest: dict, source: str, inputs: dict, driver) -> dict[str, np.ndarr
     base = driver.allocate(plan.total_bytes)
     try:
         driver.zero(base, plan.total_bytes)
+        for name, data in constants.items():
+            driver.copy_to_device(base + plan.constant_offsets[name], np.frombuffer(data, np.uint8))
         for tensor in manifest["inputs"]:
             if tensor["name"] not in inputs:
                 raise SystemExit(f"missing input '{tensor['name']}' (the file holds {', '.join(sorted(inputs)) or 'nothing'})")
@@ -236,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     source = (pathlib.Path(args.manifest).parent / manifest["source"]).read_text()
     with np.load(args.inputs, allow_pickle=False) as held:
         inputs = dict(held)
-    outputs = run(manifest, source, inputs, CudaDriver())
+    outputs = run(manifest, source, inputs, CudaDriver(), pathlib.Path(args.manifest).parent)
     np.savez(args.output, **outputs)
     return 0
 

@@ -210,3 +210,31 @@ def test_the_cpp_host_compiles_against_the_cuda_headers(tmp_path):
     if shutil.which("nvcc"):
         result = subprocess.run(["nvcc", "-std=c++17", "-c", "-o", str(tmp_path / "launch.o"), *includes, str(HOST / "launch.cpp")], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
+
+
+def test_the_python_host_uploads_the_weights_from_the_safetensors_file(tmp_path):
+    """Weights above 1 KiB are not in kernels.cu: launch.py reads them from
+    kernels.safetensors beside kernels.json and passes them as arguments."""
+    host = load_host_module()
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((32, 16)).astype(np.float32)  # 2 KiB
+    dense = "[" + ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in w) + "]"
+    text = f"""func.func @main(%x: tensor<4x32xf32>) -> tensor<4x16xf32> {{
+  %w = tensor.constant {{value = dense<{dense}> : tensor<32x16xf32>}} : () -> tensor<32x16xf32>
+  %0 = tensor.matmul %x, %w : (tensor<4x32xf32>, tensor<32x16xf32>) -> tensor<4x16xf32>
+  %1 = tensor.tanh %0 : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  func.return %1 : tensor<4x16xf32>
+}}
+"""
+    source, document = compiled(tmp_path, text, "weighted")
+    assert document["version"] == 2 and [c["file"] for c in document["constants"]] == ["weighted.safetensors"]
+    assert repr(float(w[0, 0])) not in source.read_text()
+    plan, reference = host.plan_memory(document), execute.plan_memory(Manifest.from_dict(document))
+    assert (plan.offsets, plan.constant_offsets, plan.total_bytes) == (reference.offsets, reference.constant_offsets, reference.total_bytes)
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    outputs = host.run(host.read_manifest(tmp_path / "weighted.json"), source.read_text(), {"x": x}, HarnessDriver(), tmp_path)
+    np.testing.assert_allclose(outputs["result0"], np.tanh(x.astype(np.float64) @ w), rtol=1e-5, atol=1e-5)
+    escaping = json.loads(json.dumps(document))
+    escaping["constants"][0]["file"] = "../weighted.safetensors"
+    with pytest.raises(SystemExit, match=r"is not inside"):
+        host.run(escaping, source.read_text(), {"x": x}, HarnessDriver(), tmp_path / "sub")
