@@ -161,3 +161,34 @@ def test_a_small_constant_is_baked_only_when_every_launch_passes_it(second, tmp_
     tables = {"up": np.array([1, 2, 3, 4], np.float32), "down": np.array([-4, -3, -2, -1], np.float32)}
     np.testing.assert_array_equal(out["result0"], x * np.tile(tables["up"], 16))
     np.testing.assert_array_equal(out["result1"], x * np.tile(tables[second], 16))
+
+
+def test_narrow_float_and_index_constants_cross_the_file_bit_for_bit(tmp_path, cuda_cache_dir):
+    """bf16 (kept as its 16-bit pattern), f16 and i64 constants written to
+    kernels.safetensors and read back by the harness give the reference's bits."""
+    from fusecc.compiler.types import round_to_bf16
+
+    rng = np.random.default_rng(6)
+
+    def dense(values) -> str:
+        return "[" + ", ".join(repr(v.item()) for v in values) + "]"
+
+    scale, shift, rows = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float16), rng.integers(0, 1024, 600)
+    text = f"""func.func @main(%x: tensor<1024xbf16>, %y: tensor<1024xf16>, %t: tensor<1024x4xf32>) -> (tensor<1024xbf16>, tensor<1024xf16>, tensor<600x4xf32>) {{
+  %scale = tensor.constant {{value = dense<{dense(scale)}> : tensor<1024xbf16>}} : () -> tensor<1024xbf16>
+  %shift = tensor.constant {{value = dense<{dense(shift)}> : tensor<1024xf16>}} : () -> tensor<1024xf16>
+  %rows = tensor.constant {{value = dense<{dense(rows)}> : tensor<600xi64>}} : () -> tensor<600xi64>
+  %0 = tensor.mul %x, %scale : (tensor<1024xbf16>, tensor<1024xbf16>) -> tensor<1024xbf16>
+  %1 = tensor.add %y, %shift : (tensor<1024xf16>, tensor<1024xf16>) -> tensor<1024xf16>
+  %2 = tensor.gather %t, %rows {{axis = 0}} : (tensor<1024x4xf32>, tensor<600xi64>) -> tensor<600x4xf32>
+  func.return %0, %1, %2 : tensor<1024xbf16>, tensor<1024xf16>, tensor<600x4xf32>
+}}
+"""
+    (tmp_path / "narrow.ir").write_text(text)
+    source, manifest = compile_to_cuda(tmp_path / "narrow.ir", tmp_path / "narrow.cu")
+    assert sorted(c.dtype for c in manifest.constants) == ["bf16", "f16", "i64"]
+    inputs = [round_to_bf16(rng.standard_normal(1024).astype(np.float32)), rng.standard_normal(1024).astype(np.float16), rng.standard_normal((1024, 4)).astype(np.float32)]
+    want = evaluate(parse_module(text), "main", inputs)
+    got = run_on_cpu(manifest, source, inputs, cache_dir=cuda_cache_dir, folder=tmp_path)
+    for expected, value in zip(want, got.values(), strict=True):
+        assert value.dtype == np.asarray(expected).dtype and np.array_equal(value, expected)
