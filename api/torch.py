@@ -9,17 +9,18 @@ the core aten decompositions (inference only) and gives the forward graph
 to fusecc's torch front end (fusecc.frontends.torch). A graph whose ops all
 translate is compiled with `fusecc.compile` on the CPU target; tensors
 cross without copies where the layout allows (contiguous CPU tensors of a
-dtype numpy has). A graph with an op fusecc cannot translate runs in eager,
-whole (no partitioning), and the reason is logged once per op type on the
-`fusecc.torch` logger and kept for `explain()`.
+dtype numpy has). In a graph with an op fusecc cannot translate, the
+islands of translatable ops are compiled and the rest runs in eager
+(frontends/torch/partition.py); the reason is logged once per op type on
+the `fusecc.torch` logger and kept for `explain()` / `stats()`.
 
 `from_torch(module, example_inputs)` goes through `torch.export` instead:
 weights become named constants, so `fusecc.save_module(m, "model.ir")`
 writes them to model.safetensors as resources.
 
 Shapes are static: a graph with symbolic dims (what Dynamo makes after a
-shape change, or with dynamic=True) falls back to eager, because fusecc has
-no dynamic dims yet.
+shape change, or with dynamic=True) runs wholly in eager, because fusecc
+has no dynamic dims yet.
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ log = logging.getLogger("fusecc.torch")
 
 @dataclass
 class _Record:
-    compiled: int = 0  # graphs compiled by fusecc
-    fallbacks: int = 0  # graphs that ran in eager
-    kernels: int = 0  # kernel launches per call, summed over the compiled graphs
+    whole: int = 0  # graphs compiled whole
+    split: int = 0  # graphs split: translatable islands compiled, the rest in eager
+    islands: int = 0  # islands compiled, in the split graphs
+    eager: int = 0  # graphs wholly in eager
+    kernels: int = 0  # kernel launches per call, summed over what was compiled
     frozen: int = 0  # weights compiled in as constants (options={"freeze": True})
     reasons: dict[str, str] = field(default_factory=dict)  # op type -> why, first occurrence
     where: dict[str, str] = field(default_factory=dict)  # op type -> the user's line
-    counts: Counter = field(default_factory=Counter)  # op type -> graphs it sent to eager
+    counts: Counter = field(default_factory=Counter)  # op type -> graphs it kept (partly) in eager
 
 
 _record = _Record()
@@ -55,20 +58,32 @@ def reset() -> None:
     _record = _Record()
 
 
-def explain() -> str:
-    """What the backend did since the last reset(): graphs compiled, graphs
-    sent to eager, and for each op type the first reason and place."""
+def stats() -> dict[str, int]:
+    """explain()'s numbers: whole, split, islands, eager, kernels, frozen."""
     r = _record
-    lines = [f"fusecc torch backend: {r.compiled} graph{'s' * (r.compiled != 1)} compiled ({r.kernels} kernel launches per call, "
-             f"{r.frozen} weights frozen), {r.fallbacks} ran in eager"]
+    return {"whole": r.whole, "split": r.split, "islands": r.islands, "eager": r.eager, "kernels": r.kernels, "frozen": r.frozen}
+
+
+def explain() -> str:
+    """What the backend did since the last reset(): graphs compiled whole,
+    split (islands compiled, the rest in eager) or left in eager, and for
+    each op type that stayed in eager the first reason and place."""
+    r = _record
+    lines = [f"fusecc torch backend: {r.whole} graph{'s' * (r.whole != 1)} compiled whole, {r.split} split "
+             f"({r.islands} island{'s' * (r.islands != 1)} compiled, the rest in eager), {r.eager} in eager; "
+             f"{r.kernels} kernel launches per call, {r.frozen} weights frozen"]
     for op, reason in r.reasons.items():
         lines.append(f"  {op}: {reason} ({r.counts[op]} graph{'s' * (r.counts[op] != 1)}; first at {r.where[op]})")
     return "\n".join(lines)
 
 
-def _fall_back(problems) -> None:
-    _record.fallbacks += 1
+def _note(problems) -> None:
+    """Keep each reason; log it the first time its op type is seen. One
+    graph counts once per op type (its islands may meet the reason again)."""
+    unique: dict[str, object] = {}
     for problem in problems:
+        unique.setdefault(problem.op, problem)
+    for problem in unique.values():
         _record.counts[problem.op] += 1
         if problem.op in _record.reasons:
             continue
@@ -130,37 +145,85 @@ class _Frozen:
 
 
 def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen: _Frozen | None):
-    """AOT autograd's forward graph -> a boxed callable (fusecc, or eager).
+    """AOT autograd's forward graph -> a boxed callable: compiled whole when
+    every node translates, else split into compiled islands and eager nodes
+    (frontends/torch/partition.py); wholly eager for symbolic shapes.
     `frozen`: positions of Dynamo's inputs to freeze as constants (weights)."""
     from functorch.compile import make_boxed_func
 
-    from fusecc.compiler.diagnostics import DiagnosticError, UsageError
-    from fusecc.driver.program import Program
-    from fusecc.frontends.torch import Unsupported, import_graph, unsupported_nodes
+    from fusecc.frontends.torch import input_problems, split_translatable, unsupported_nodes
 
-    eager = make_boxed_func(graph_module.forward)
-    missing = unsupported_nodes(graph_module.graph)
-    if missing:
-        _fall_back(missing)
-        return eager
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     constants = _frozen_placeholders(placeholders, frozen)
+    devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
+    target = _target(example_inputs)
+    problems = input_problems(graph_module.graph)
+    if problems:
+        _note(problems)
+        _record.eager += 1
+        return make_boxed_func(graph_module.forward)
+    problems = unsupported_nodes(graph_module.graph)
+    if not problems:
+        run = _compile_graph(graph_module, constants, devices, target, problems)
+        if run is not None:
+            _record.whole += 1
+            return make_boxed_func(run)
+    split, islands = split_translatable(graph_module)
+    compiled = 0
+    for name in islands:
+        island = getattr(split, name)
+        run = _compile_graph(island, constants, devices, target, problems)
+        if run is not None:
+            setattr(split, name, _Island(run, _returns_tuple(island)))
+            compiled += 1
+    _note(problems)
+    if compiled:
+        _record.split += 1
+        _record.islands += compiled
+    else:
+        _record.eager += 1
+    return make_boxed_func(split.forward)
+
+
+class _Island(torch.nn.Module):
+    """A compiled island standing where its submodule was (a call_module target)."""
+
+    def __init__(self, run, returns_tuple: bool):
+        super().__init__()
+        self.run, self.returns_tuple = run, returns_tuple
+
+    def forward(self, *args):
+        outs = self.run(*args)
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+
+def _returns_tuple(graph_module) -> bool:
+    output = next(n for n in graph_module.graph.nodes if n.op == "output")
+    return isinstance(output.args[0], (tuple, list))
+
+
+def _compile_graph(graph_module, frozen_constants: dict[str, np.ndarray], devices, target: str, problems: list):
+    """A callable running the graph on fusecc, or None (the reason appended to `problems`)."""
+    from fusecc.compiler.diagnostics import DiagnosticError, UsageError
+    from fusecc.driver.program import Program
+    from fusecc.frontends.torch import Unsupported, import_graph
+
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    constants = {n.name: frozen_constants[n.name] for n in placeholders if n.name in frozen_constants}
     try:
         imported = import_graph(graph_module, constants=constants)
     except Unsupported as problem:
-        _fall_back([problem])
-        return eager
+        problems.append(problem)
+        return None
     try:
-        program = Program(imported.module, target=_target(example_inputs), options={"lossy": "error"})
+        program = Program(imported.module, target=target, options={"lossy": "error"})
     except (UsageError, DiagnosticError) as exc:  # a limit of fusecc's compiler (CompileError); its bugs still raise
-        _fall_back([Unsupported("fusecc.compile", str(exc).splitlines()[0])])
-        return eager
-    _record.compiled += 1
+        problems.append(Unsupported("fusecc.compile", str(exc).splitlines()[0]))
+        return None
     _record.kernels += len(program.kernels)
     _record.frozen += len(constants)
     kept = [i for i, n in enumerate(placeholders) if n.name not in constants]
-    devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
-    return make_boxed_func(_runner(program, devices, kept))
+    return _runner(program, devices, kept)
 
 
 def _frozen_placeholders(placeholders, frozen: _Frozen | None) -> dict[str, np.ndarray]:
@@ -216,4 +279,4 @@ def from_torch(module: torch.nn.Module, example_inputs, strict: bool = False):
     return import_exported(program).module
 
 
-__all__ = ["backend", "explain", "from_torch", "reset", "to_array"]
+__all__ = ["backend", "explain", "from_torch", "reset", "stats", "to_array"]

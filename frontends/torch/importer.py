@@ -35,6 +35,7 @@ from fusecc.frontends.torch.context import (
     source_location,
     static_shape,
 )
+from fusecc.frontends.torch.partition import constant_nodes
 from fusecc.frontends.torch.table import handler_for
 
 INPUT_NAMES_ATTR = "torch.inputs"
@@ -52,25 +53,29 @@ class ImportedGraph:
     folded: list[str] = field(default_factory=list)
 
 
-def unsupported_nodes(graph: torch.fx.Graph) -> list[Unsupported]:
-    """Nodes whose op has no translation (one per op type), before any
-    work. Nodes computed from constants alone (arange, full, ...) fold at
-    import time and need no translation."""
+def input_problems(graph: torch.fx.Graph) -> list[Unsupported]:
+    """The first input that is no static tensor (a symbolic size, a symbolic dim)."""
     for node in graph.nodes:
         if node.op == "placeholder":
             try:
                 placeholder_type(node)
             except Unsupported as problem:
-                return [problem]  # symbolic shapes: the ops on sizes that follow need no second reason
+                return [problem]
+    return []
+
+
+def unsupported_nodes(graph: torch.fx.Graph) -> list[Unsupported]:
+    """Why the graph cannot be translated whole, before any work: an input
+    problem (then only that: the ops on symbolic sizes need no second
+    reason), else each op type without a translation, once. Nodes computed
+    from constants alone (arange, full, ...) fold at import time and need none."""
+    problems = input_problems(graph)
+    if problems:
+        return problems
     found: dict[str, Unsupported] = {}
-    known: set = set()
+    known = constant_nodes(graph)
     for node in graph.nodes:
-        if node.op == "get_attr":
-            known.add(node)
-        if node.op != "call_function":
-            continue
-        if all(n in known for n in node.all_input_nodes):
-            known.add(node)
+        if node.op != "call_function" or node in known:
             continue
         name = op_name(node)
         if node.target is not operator.getitem and handler_for(name) is None and name not in found:
