@@ -22,8 +22,9 @@ GPU_ARCH = {"h200": "sm_90", "a100": "sm_80"}
 class CudaSimTarget(Target):
     name = "cuda-sim"
 
-    def __init__(self, gpu: str = "h200"):
+    def __init__(self, gpu: str = "h200", sanitize: bool = False):
         self.gpu = gpu  # the GPU the code is tuned for (fusion, tiling, manifest's arch)
+        self.sanitize = sanitize  # run under the harness's sanitizer (cpu_harness/sanitizer.py)
 
     def available(self) -> str | None:
         if shutil.which("c++") is None and shutil.which("g++") is None:
@@ -45,10 +46,17 @@ class CudaSimTarget(Target):
         except EmitError as exc:
             raise InternalCompilerError(PHASE, exc) from None
         with working(f"compiling {len(cuda.kernels)} CUDA kernels for the CPU harness (C++)"):
-            CpuModule.compile(cuda.text, manifest.source)  # built now (and cached), so that run() only loads it
+            CpuModule.compile(cuda.text, manifest.source, sanitize=self.sanitize)  # built now (and cached), so that run() only loads it
 
         def run(inputs):
-            outputs = run_on_cpu(manifest, cuda.text, inputs)
+            if self.sanitize:
+                from fusecc.runtime.cuda.cpu_harness.sanitizer import SanitizerFindings, run_sanitized
+
+                outputs, findings = run_sanitized(manifest, cuda.text, inputs)
+                if findings:
+                    raise SanitizerFindings(findings)
+            else:
+                outputs = run_on_cpu(manifest, cuda.text, inputs)
             return [outputs[spec.name] for spec in manifest.outputs]
 
         return run

@@ -148,6 +148,7 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
     p.add_argument("--threads", type=int, default=None, help="threads of the CPU runtimes (sets FUSECC_CPU_WORKERS; default: every CPU this process may use)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the target and the compile and run times to stderr")
+    p.add_argument("--sanitize", action="store_true", help="with --target cuda-sim: check shared memory races, uninitialised reads, out-of-bounds accesses, barriers and warp operations (a finding exits 1)")
     return p
 
 
@@ -212,13 +213,17 @@ def run_target(args, loop_level: bool):
         if args.gpu or args.arch:
             raise UsageError("this program is at the loop level already, tuned when it was lowered; --gpu/--arch would be ignored")
         return targets.get_loop_level(choice.name or None)
+    if args.sanitize and choice.name != "cuda-sim":
+        raise UsageError("--sanitize checks the CUDA C on the CPU harness: give --target cuda-sim")
     target = targets.get(choice.name or None)
     if choice.name == "cuda-sim":
         target.gpu = choice.gpu  # the CUDA C is tuned for this GPU, then run on the CPU
+        target.sanitize = args.sanitize
     return target
 
 
 def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
+    from fusecc.runtime.cuda.cpu_harness.sanitizer import SanitizerFindings
     from fusecc.runtime.reference import InterpreterError
 
     args = run_parser().parse_args(argv)
@@ -242,6 +247,11 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
                 results = program(inputs)
         except InterpreterError as exc:
             raise UsageError(str(exc)) from None
+        except SanitizerFindings as exc:
+            for finding in exc.findings:
+                print(finding, file=sys.stderr)
+            print(f"fusecc run: {len(exc.findings)} sanitizer finding(s); the lines are those of kernels.cu as `fusecc {args.input} -o kernels.cu` writes it", file=sys.stderr)
+            return 1
     timing.compile_seconds, timing.run_seconds = compiling.seconds, running.seconds
     timing.cache_hits, timing.cache_builds = cache.counts.hits - hits, cache.counts.builds - builds
     if not args.quiet:

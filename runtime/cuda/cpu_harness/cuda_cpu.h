@@ -33,6 +33,18 @@
 #include <ucontext.h>
 #endif
 
+// Sanitized builds (-DFUSECC_CPU_SANITIZE, compiled with -fsanitize=thread for its
+// instrumentation only: the __tsan_* hooks are defined below, libtsan is not linked):
+// every load and store of the kernels reaches check_access(); the harness's own
+// functions are left uninstrumented (GCC then does not inline them into kernels).
+#ifdef FUSECC_CPU_SANITIZE
+#define FUSECC_CPU_HARNESS __attribute__((no_sanitize_thread))
+#include <dlfcn.h>
+#include <pthread.h>
+#else
+#define FUSECC_CPU_HARNESS
+#endif
+
 #ifndef FUSECC_CPU_STACK_BYTES
 #define FUSECC_CPU_STACK_BYTES (64 * 1024)
 #endif
@@ -93,6 +105,7 @@ struct Fiber {
   uint3 tid;
   int state;
   unsigned warp_generation;  // picks one of two exchange rows, so a fast lane cannot overwrite a slow one's
+  void* barrier_site;        // where it waits at __syncthreads() (sanitized builds)
 };
 
 constexpr int kMaxThreads = 1024;
@@ -117,6 +130,10 @@ struct Worker {
   void (*body)(void*) = nullptr;  // runs the kernel for the current fiber's thread
   void* body_arg = nullptr;
   char error[512] = {0};
+  bool reverse = false;             // run each interval's threads in descending order
+  uint32_t block_serial = 0;        // one per block run by this worker (sanitizer shadow validity)
+  uint32_t interval = 0;            // barrier intervals of the current block
+  void* sanitizer = nullptr;        // fusecc_cpu::san::State of this worker, sanitized builds
 
   ~Worker() {
     if (stacks) munmap(stacks, stack_slot * stack_count);
@@ -129,13 +146,13 @@ struct WorkerHolder {
   ~WorkerHolder() { delete worker; }
 };
 
-inline Worker& worker() {
+FUSECC_CPU_HARNESS inline Worker& worker() {
   static thread_local WorkerHolder holder;
   if (!holder.worker) holder.worker = new Worker();
   return *holder.worker;
 }
 
-inline void* dynamic_shared() { return worker().dynamic_shared; }
+FUSECC_CPU_HARNESS inline void* dynamic_shared() { return worker().dynamic_shared; }
 
 }  // namespace fusecc_cpu
 
@@ -190,7 +207,7 @@ fusecc_cpu_fiber_start:
 
 namespace fusecc_cpu {
 
-inline void suspend(Worker& w, Fiber& f) {
+FUSECC_CPU_HARNESS inline void suspend(Worker& w, Fiber& f) {
 #ifdef FUSECC_CPU_UCONTEXT
   swapcontext(&f.context, &w.scheduler);
 #else
@@ -198,7 +215,7 @@ inline void suspend(Worker& w, Fiber& f) {
 #endif
 }
 
-inline void resume(Worker& w, Fiber& f) {
+FUSECC_CPU_HARNESS inline void resume(Worker& w, Fiber& f) {
   w.current = &f;
   threadIdx = f.tid;
 #ifdef FUSECC_CPU_UCONTEXT
@@ -208,7 +225,7 @@ inline void resume(Worker& w, Fiber& f) {
 #endif
 }
 
-inline bool ensure_stacks(Worker& w, size_t count) {
+FUSECC_CPU_HARNESS inline bool ensure_stacks(Worker& w, size_t count) {
   if (w.stack_count >= count) return true;
   if (w.stacks) munmap(w.stacks, w.stack_slot * w.stack_count);
   size_t page = size_t(sysconf(_SC_PAGESIZE));
@@ -229,7 +246,7 @@ inline bool ensure_stacks(Worker& w, size_t count) {
   return true;
 }
 
-inline void start(Worker& w, Fiber& f, size_t index) {
+FUSECC_CPU_HARNESS inline void start(Worker& w, Fiber& f, size_t index) {
   char* base = w.stacks + index * w.stack_slot;
 #ifdef FUSECC_CPU_UCONTEXT
   getcontext(&f.context);
@@ -254,19 +271,28 @@ inline void start(Worker& w, Fiber& f, size_t index) {
 #endif
 }
 
-inline void release(Worker& w, int from, int to, int waiting) {
+FUSECC_CPU_HARNESS inline void release(Worker& w, int from, int to, int waiting) {
   for (int t = from; t < to; ++t)
     if (w.fibers[t].state == waiting) w.fibers[t].state = RUNNABLE;
 }
 
-inline void describe_block(char* out, size_t size) {
+FUSECC_CPU_HARNESS inline void describe_block(char* out, size_t size) {
   snprintf(out, size, "block (%u,%u,%u) (blockDim (%u,%u,%u))", blockIdx.x, blockIdx.y, blockIdx.z,
            blockDim.x, blockDim.y, blockDim.z);
 }
 
+}  // namespace fusecc_cpu
+
+#ifdef FUSECC_CPU_SANITIZE
+#include "cuda_cpu_sanitizer.h"
+#endif
+
+namespace fusecc_cpu {
+
 // Runs every thread of the current block to completion; false (with
-// w.error set) on a deadlock or a trap.
-inline bool run_block(Worker& w, int n) {
+// w.error set) on a deadlock or a trap. Threads run in ascending order (w.reverse:
+// descending) between barriers: a kernel that is right does not depend on it.
+FUSECC_CPU_HARNESS inline bool run_block(Worker& w, int n) {
   if (!ensure_stacks(w, size_t(n))) return false;
   const unsigned bx = blockDim.x, by = blockDim.y;
   for (int t = 0; t < n; ++t) {
@@ -278,19 +304,25 @@ inline bool run_block(Worker& w, int n) {
   }
   w.live = n;
   w.barrier_arrived = 0;
+  ++w.block_serial;
+  w.interval = 0;
   for (int i = 0; i < (n + kWarp - 1) / kWarp; ++i) {
     w.warp_live[i] = n - i * kWarp < kWarp ? n - i * kWarp : kWarp;
     w.warp_arrived[i] = 0;
   }
   while (w.live > 0) {
     bool ran = false;
-    for (int t = 0; t < n; ++t) {
+    for (int k = 0; k < n; ++k) {
+      const int t = w.reverse ? n - 1 - k : k;
       Fiber& f = w.fibers[t];
       if (f.state != RUNNABLE) continue;
       ran = true;
       resume(w, f);
       const int warp = t / kWarp;
-      if (f.state == ABORTED) return false;
+      if (f.state == ABORTED) {
+        w.current = nullptr;  // back in the scheduler: no thread runs
+        return false;
+      }
       if (f.state == DONE) {
         --w.live;
         --w.warp_live[warp];
@@ -300,7 +332,11 @@ inline bool run_block(Worker& w, int n) {
         release(w, warp * kWarp, warp * kWarp + kWarp < n ? warp * kWarp + kWarp : n, AT_WARP);
       }
       if (w.barrier_arrived > 0 && w.barrier_arrived == w.live) {
+#ifdef FUSECC_CPU_SANITIZE
+        san::barrier_complete(w, n);
+#endif
         w.barrier_arrived = 0;
+        ++w.interval;
         release(w, 0, n, AT_BARRIER);
       }
     }
@@ -313,28 +349,31 @@ inline bool run_block(Worker& w, int n) {
                "deadlock in %s: %d thread(s) wait at __syncthreads(), %d at a warp operation, %d exited "
                "(a barrier or warp operation that not every live thread reaches)",
                where, w.barrier_arrived, at_warp, n - w.live);
+      w.current = nullptr;
       return false;
     }
   }
+  w.current = nullptr;
   return true;
 }
 
-inline void block_barrier() {
+FUSECC_CPU_HARNESS inline void block_barrier(void* site = nullptr) {
   Worker& w = worker();
   Fiber& f = *w.current;
   f.state = AT_BARRIER;
+  f.barrier_site = site;
   ++w.barrier_arrived;
   suspend(w, f);
 }
 
-inline int lane_id() {
+FUSECC_CPU_HARNESS inline int lane_id() {
   Worker& w = worker();
   return int(w.current - w.fibers) % kWarp;
 }
 
 // Publishes `bits` for this lane, waits for every live lane of the warp, and
 // returns the warp's row of published values.
-inline const uint64_t* warp_exchange(uint64_t bits) {
+FUSECC_CPU_HARNESS inline const uint64_t* warp_exchange(uint64_t bits) {
   Worker& w = worker();
   Fiber& f = *w.current;
   const int t = int(&f - w.fibers);
@@ -347,8 +386,14 @@ inline const uint64_t* warp_exchange(uint64_t bits) {
 }
 
 template <class T>
-inline T shuffle(T value, int source_lane) {
+FUSECC_CPU_HARNESS inline T shuffle(T value, int source_lane, unsigned mask = 0xffffffffu, void* site = nullptr) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move values of at most 8 bytes");
+#ifdef FUSECC_CPU_SANITIZE
+  san::check_warp_operation(mask, site);
+#else
+  (void)mask;
+  (void)site;
+#endif
   uint64_t bits = 0;
   memcpy(&bits, &value, sizeof(T));
   asm volatile("" ::: "memory");
@@ -359,7 +404,7 @@ inline T shuffle(T value, int source_lane) {
   return out;
 }
 
-inline void trap(const char* what) {
+FUSECC_CPU_HARNESS inline void trap(const char* what) {
   Worker& w = worker();
   char where[160];
   describe_block(where, sizeof where);
@@ -371,7 +416,7 @@ inline void trap(const char* what) {
 
 }  // namespace fusecc_cpu
 
-extern "C" void fusecc_cpu_fiber_main(fusecc_cpu::Worker* w) {
+extern "C" FUSECC_CPU_HARNESS void fusecc_cpu_fiber_main(fusecc_cpu::Worker* w) {
   w->body(w->body_arg);
   w->current->state = fusecc_cpu::DONE;
   fusecc_cpu::suspend(*w, *w->current);
@@ -383,13 +428,13 @@ extern "C" void fusecc_cpu_fiber_main(fusecc_cpu::Worker* w) {
 // The empty asm statements with a "memory" clobber stop the compiler from
 // keeping shared-memory values in registers across the switch (it may assume
 // an opaque call cannot touch a static whose address never escapes).
-inline void __syncthreads() {
+FUSECC_CPU_HARNESS inline void __syncthreads() {
   asm volatile("" ::: "memory");
-  fusecc_cpu::block_barrier();
+  fusecc_cpu::block_barrier(__builtin_return_address(0));
   asm volatile("" ::: "memory");
 }
 
-inline void __syncwarp(unsigned = 0xffffffffu) {
+FUSECC_CPU_HARNESS inline void __syncwarp(unsigned = 0xffffffffu) {
   asm volatile("" ::: "memory");
   fusecc_cpu::warp_exchange(0);
   asm volatile("" ::: "memory");
@@ -401,51 +446,51 @@ inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_s
 
 // Shuffles: the mask is not checked; every live lane of the warp must take part.
 template <class T>
-inline T __shfl_sync(unsigned, T var, int src_lane, int width = warpSize) {
+FUSECC_CPU_HARNESS inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
   const int lane = fusecc_cpu::lane_id();
-  return fusecc_cpu::shuffle(var, (lane & ~(width - 1)) | (src_lane & (width - 1)));
+  return fusecc_cpu::shuffle(var, (lane & ~(width - 1)) | (src_lane & (width - 1)), mask, __builtin_return_address(0));
 }
 
 template <class T>
-inline T __shfl_up_sync(unsigned, T var, unsigned delta, int width = warpSize) {
+FUSECC_CPU_HARNESS inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
   const int lane = fusecc_cpu::lane_id();
-  return fusecc_cpu::shuffle(var, (lane & (width - 1)) >= int(delta) ? lane - int(delta) : lane);
+  return fusecc_cpu::shuffle(var, (lane & (width - 1)) >= int(delta) ? lane - int(delta) : lane, mask, __builtin_return_address(0));
 }
 
 template <class T>
-inline T __shfl_down_sync(unsigned, T var, unsigned delta, int width = warpSize) {
+FUSECC_CPU_HARNESS inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
   const int lane = fusecc_cpu::lane_id();
-  return fusecc_cpu::shuffle(var, (lane & (width - 1)) + int(delta) < width ? lane + int(delta) : lane);
+  return fusecc_cpu::shuffle(var, (lane & (width - 1)) + int(delta) < width ? lane + int(delta) : lane, mask, __builtin_return_address(0));
 }
 
 template <class T>
-inline T __shfl_xor_sync(unsigned, T var, int lane_mask, int width = warpSize) {
+FUSECC_CPU_HARNESS inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
   const int lane = fusecc_cpu::lane_id();
   const int source = lane ^ lane_mask;
-  return fusecc_cpu::shuffle(var, source < (lane & ~(width - 1)) + width ? source : lane);
+  return fusecc_cpu::shuffle(var, source < (lane & ~(width - 1)) + width ? source : lane, mask, __builtin_return_address(0));
 }
 
 // --------------------------------------------------------------------------- atomics (relaxed, like CUDA's)
 
 template <class T>
-inline T atomicAdd(T* address, T value) {
+FUSECC_CPU_HARNESS inline T atomicAdd(T* address, T value) {
   return std::atomic_ref<T>(*address).fetch_add(value, std::memory_order_relaxed);
 }
 template <class T>
-inline T atomicSub(T* address, T value) {
+FUSECC_CPU_HARNESS inline T atomicSub(T* address, T value) {
   return std::atomic_ref<T>(*address).fetch_sub(value, std::memory_order_relaxed);
 }
 template <class T>
-inline T atomicExch(T* address, T value) {
+FUSECC_CPU_HARNESS inline T atomicExch(T* address, T value) {
   return std::atomic_ref<T>(*address).exchange(value, std::memory_order_relaxed);
 }
 template <class T>
-inline T atomicCAS(T* address, T compare, T value) {
+FUSECC_CPU_HARNESS inline T atomicCAS(T* address, T compare, T value) {
   std::atomic_ref<T>(*address).compare_exchange_strong(compare, value, std::memory_order_relaxed);
   return compare;
 }
 template <class T>
-inline T atomicMax(T* address, T value) {
+FUSECC_CPU_HARNESS inline T atomicMax(T* address, T value) {
   std::atomic_ref<T> ref(*address);
   T old = ref.load(std::memory_order_relaxed);
   while (old < value && !ref.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
@@ -453,7 +498,7 @@ inline T atomicMax(T* address, T value) {
   return old;
 }
 template <class T>
-inline T atomicMin(T* address, T value) {
+FUSECC_CPU_HARNESS inline T atomicMin(T* address, T value) {
   std::atomic_ref<T> ref(*address);
   T old = ref.load(std::memory_order_relaxed);
   while (value < old && !ref.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
@@ -574,6 +619,10 @@ struct LaunchParams {
   int32_t* failed;       // set once; the first failing worker writes `error`
   char* error;
   uint64_t error_capacity;
+  int32_t reverse;       // run each block's threads in descending order
+  int32_t region_count;  // sanitized builds: the launch's buffers (and memory to ignore)
+  const void* regions;   // san::Region[region_count]
+  void* report;          // san::Report
 };
 
 enum ParamKind : int32_t { OTHER, POINTER, SIGNED, UNSIGNED, FLOAT, F16, BF16, BOOL };
@@ -617,14 +666,14 @@ int signature(void (*)(Args...), ParamInfo* out, int capacity) {
   return int(sizeof...(Args));
 }
 
-inline void fail(const LaunchParams* p, const char* message) {
+FUSECC_CPU_HARNESS inline void fail(const LaunchParams* p, const char* message) {
   int32_t expected = 0;
   if (__atomic_compare_exchange_n(p->failed, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     snprintf(p->error, p->error_capacity, "%s", message);
 }
 
 template <class... Args, size_t... I>
-int run(void (*kernel)(Args...), const LaunchParams* p, std::index_sequence<I...>) {
+FUSECC_CPU_HARNESS int run(void (*kernel)(Args...), const LaunchParams* p, std::index_sequence<I...>) {
   using Values = std::tuple<std::remove_cv_t<std::remove_reference_t<Args>>...>;
   Values values(*static_cast<std::remove_cv_t<std::remove_reference_t<Args>>*>(p->args[I])...);
   struct Call {
@@ -641,9 +690,11 @@ int run(void (*kernel)(Args...), const LaunchParams* p, std::index_sequence<I...
   gridDim = dim3(p->grid[0], p->grid[1], p->grid[2]);
   blockDim = dim3(p->block[0], p->block[1], p->block[2]);
   const int threads = int(p->block[0] * p->block[1] * p->block[2]);
+  w.reverse = p->reverse != 0;
   if (p->shared_bytes > w.dynamic_shared_capacity) {
     free(w.dynamic_shared);
-    w.dynamic_shared = static_cast<unsigned char*>(aligned_alloc(64, (p->shared_bytes + 63) / 64 * 64));
+    // + 64 bytes: a sanitized run reports accesses past shared_bytes, which then land in memory of its own
+    w.dynamic_shared = static_cast<unsigned char*>(aligned_alloc(64, (p->shared_bytes + 127) / 64 * 64));
     w.dynamic_shared_capacity = w.dynamic_shared ? p->shared_bytes : 0;
     if (!w.dynamic_shared) {
       fail(p, "could not allocate the dynamic shared memory");
@@ -651,6 +702,9 @@ int run(void (*kernel)(Args...), const LaunchParams* p, std::index_sequence<I...
     }
   }
   const int64_t total = int64_t(p->grid[0]) * p->grid[1] * p->grid[2];
+#ifdef FUSECC_CPU_SANITIZE
+  san::begin_launch(w, p->shared_bytes, p->region_count, p->regions, p->report);
+#endif
   for (;;) {
     if (__atomic_load_n(p->failed, __ATOMIC_RELAXED)) return 1;
     const int64_t b = __atomic_fetch_add(p->next_block, 1, __ATOMIC_RELAXED);

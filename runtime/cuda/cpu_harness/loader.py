@@ -35,6 +35,10 @@ from fusecc.runtime import cache
 from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME, CudaCompileError, kernel_names
 
 HEADER = Path(__file__).with_name("cuda_cpu.h")
+SANITIZER_HEADER = Path(__file__).with_name("cuda_cpu_sanitizer.h")
+# A sanitized build: GCC's -fsanitize=thread instrumentation calls the hooks of
+# cuda_cpu_sanitizer.h (libtsan is not linked); -g lets findings name source lines.
+SANITIZE_FLAGS = ("-DFUSECC_CPU_SANITIZE", "-fsanitize=thread", "-g", "-fno-omit-frame-pointer")
 CXX_FLAGS = ("-O2", "-std=c++20", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing")
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -68,6 +72,10 @@ class _LaunchParams(ctypes.Structure):
         ("failed", ctypes.POINTER(ctypes.c_int32)),
         ("error", ctypes.c_void_p),
         ("error_capacity", ctypes.c_uint64),
+        ("reverse", ctypes.c_int32),
+        ("region_count", ctypes.c_int32),
+        ("regions", ctypes.c_void_p),
+        ("report", ctypes.c_void_p),
     ]
 
 
@@ -197,7 +205,13 @@ def _build(source: str, filename: str, kernels: list[str], flags: list[str], hea
         exports = "".join(f"FUSECC_CPU_EXPORT({name})\n" for name in kernels)
         Path(build, "fusecc_cpu_exports.cpp").write_text(f'#include "{base}"\n{exports}')
         command = [cxx, *flags, "-shared", "-I", str(INCLUDE_DIR), "-include", str(header), "fusecc_cpu_exports.cpp", "-o", "library.so"]
+        if "-fsanitize=thread" in flags:  # compile instrumented, link without libtsan (the hooks are ours)
+            command[command.index("-shared")] = "-c"
+            command[-1] = "library.o"
         proc = subprocess.run(command, cwd=build, capture_output=True, text=True, timeout=300, env={**os.environ, "LC_ALL": "C"})
+        if proc.returncode == 0 and "-fsanitize=thread" in flags:
+            link = [cxx, "-shared", "library.o", "-o", "library.so"]
+            proc = subprocess.run(link, cwd=build, capture_output=True, text=True, timeout=300, env={**os.environ, "LC_ALL": "C"})
         if proc.returncode != 0:
             log = "\n".join(line for line in (proc.stderr or proc.stdout).splitlines() if "fusecc_cpu_exports.cpp:1:" not in line)
             raise CpuCompileError(os.path.basename(cxx), filename, kernels, log)
@@ -249,16 +263,23 @@ class CpuModule:
         *,
         cache_dir: str | os.PathLike | None = None,
         defines: Sequence[str] = (),
+        sanitize: bool = False,
     ) -> "CpuModule":
         """Compile (or find in the cache) and load. `defines` are extra
-        -D macros, e.g. FUSECC_CPU_UCONTEXT to use the portable fiber switch."""
+        -D macros, e.g. FUSECC_CPU_UCONTEXT to use the portable fiber switch.
+        `sanitize` builds the offline sanitizer in (sanitizer.py runs it)."""
         kernels = kernel_names(source)
-        flags = [*CXX_FLAGS, *(f"-D{d}" for d in defines)]
+        flags = [*CXX_FLAGS, *(f"-D{d}" for d in defines), *(SANITIZE_FLAGS if sanitize else ())]
+        if sanitize:
+            from fusecc.runtime.cuda.cpu_harness.sanitizer import register_static_shared
+
+            source = register_static_shared(source)
         _, version = host_compiler()
-        key = cache.digest(source, filename, HEADER.read_bytes(), (INCLUDE_DIR / PRELUDE_NAME).read_bytes(), version, " ".join(flags))
+        headers = HEADER.read_bytes() + (SANITIZER_HEADER.read_bytes() if sanitize else b"")
+        key = cache.digest(source, filename, headers, (INCLUDE_DIR / PRELUDE_NAME).read_bytes(), version, " ".join(flags))
 
         def build(folder: Path) -> None:
-            header = HEADER if defines else _precompiled_header(cache_dir, flags)
+            header = HEADER if defines or sanitize else _precompiled_header(cache_dir, flags)
             _build(source, filename, kernels, flags, header, folder / "library.so")
 
         entry, found = cache.fetch("cpu-harness", key, build, cache_dir)
@@ -288,8 +309,14 @@ class CpuModule:
         args: Sequence[Any],
         shared_bytes: int = 0,
         workers: int | None = None,
+        *,
+        reverse: bool = False,
+        regions: Any = None,
+        report: Any = None,
     ) -> None:
-        """Run one kernel launch to completion (launches run in call order)."""
+        """Run one kernel launch to completion (launches run in call order).
+        `reverse` runs each block's threads in descending order; `regions`
+        and `report` are the sanitizer's (sanitizer.py), for a sanitized build."""
         found = self.kernels.get(kernel)
         if found is None:
             raise KeyError(f"no kernel '{kernel}' in {self.filename} (kernels: {', '.join(self.kernels)})")
@@ -316,6 +343,10 @@ class CpuModule:
             ctypes.pointer(failed),
             ctypes.addressof(error),
             len(error),
+            int(reverse),
+            len(regions) if regions is not None else 0,
+            ctypes.addressof(regions) if regions is not None else None,
+            ctypes.addressof(report) if report is not None else None,
         )
         helpers = min(workers or default_workers(), math.prod(grid3)) - 1
         futures = [_pool().submit(found.entry, ctypes.byref(params)) for _ in range(max(0, helpers))]
