@@ -290,6 +290,36 @@ def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
     return 0
 
 
+def _counters_report(args, engine: DiagnosticEngine) -> int:
+    """`fusecc report --counters`: the CUDA kernels for --gpu/--arch, run on
+    the CPU harness with seeded random inputs (runtime/cuda/counters.py)."""
+    from fusecc.driver.cuda_level import build_manifest
+    from fusecc.driver.cuda_target import lower_to_cuda
+    from fusecc.runtime.cuda.counters import format_counters, kernel_counters
+    from fusecc.runtime.reference import random_input
+
+    from fusecc.passes.backends.hardware import HARDWARE
+
+    choice = tuning_target(args, "fusecc report")
+    if not choice.is_gpu:
+        raise UsageError("--counters measures CUDA kernels: give --target cuda (the default) with --gpu or --arch")
+    hardware = HARDWARE[choice.hardware]
+    module = load(args.input, engine, args)
+    func = entry_function(module, None)
+    rng = np.random.default_rng(0)
+    inputs = [random_input(t, rng) for t in func.function_type.inputs]
+    with phase("the code generator"):
+        cuda = lower_to_cuda(module, choice.arch, PassContext(diagnostics=engine, target=choice.hardware))
+        manifest = build_manifest(module, cuda, "kernels.cu", choice.arch, func.sym_name)
+    with phase("the counters"):
+        rows = kernel_counters(cuda, manifest, inputs, hardware)
+    if args.json:
+        write_output(None, json.dumps([r.to_dict() for r in rows], indent=1) + "\n")
+    else:
+        write_output(None, format_counters(rows, hardware))
+    return 0
+
+
 def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.driver import reporting
 
@@ -312,7 +342,12 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     source = p.add_argument_group("generated code (--show-source)")
     source.add_argument("--show-source", metavar="KERNEL", default=None, help="print a kernel's source (a name such as fused_3_reduction, or a group id) instead of the report")
     source.add_argument("--level", choices=reporting.SOURCE_LEVELS, default=None, help="loop IR, LLVM IR or CUDA C (default: llvm for the cpu, cuda for a GPU)")
+    p.add_argument("--counters", action="store_true", help="offline counters per CUDA kernel from its address stream on the CPU harness: bank-conflict ways, sector efficiency, registers, spills, occupancy, waves")
     args = p.parse_args(argv)
+    if args.counters:
+        if args.measure or args.show_source is not None:
+            raise UsageError("--counters is a report of its own; run it without --measure and --show-source")
+        return _counters_report(args, engine)
     if args.show_source is not None:
         if args.measure or args.json:
             raise UsageError("--show-source prints one kernel's source; run it without --measure and --json")

@@ -306,6 +306,9 @@ FUSECC_CPU_HARNESS inline bool run_block(Worker& w, int n) {
   w.barrier_arrived = 0;
   ++w.block_serial;
   w.interval = 0;
+#ifdef FUSECC_CPU_SANITIZE
+  san::block_begin(w);
+#endif
   for (int i = 0; i < (n + kWarp - 1) / kWarp; ++i) {
     w.warp_live[i] = n - i * kWarp < kWarp ? n - i * kWarp : kWarp;
     w.warp_arrived[i] = 0;
@@ -354,6 +357,9 @@ FUSECC_CPU_HARNESS inline bool run_block(Worker& w, int n) {
     }
   }
   w.current = nullptr;
+#ifdef FUSECC_CPU_SANITIZE
+  san::block_end(w, n);
+#endif
   return true;
 }
 
@@ -623,6 +629,8 @@ struct LaunchParams {
   int32_t region_count;  // sanitized builds: the launch's buffers (and memory to ignore)
   const void* regions;   // san::Region[region_count]
   void* report;          // san::Report
+  void* counters;        // san::Counters, or null
+  int64_t block_limit;   // run only the first blocks (counters need no results); 0: all
 };
 
 enum ParamKind : int32_t { OTHER, POINTER, SIGNED, UNSIGNED, FLOAT, F16, BF16, BOOL };
@@ -701,9 +709,10 @@ FUSECC_CPU_HARNESS int run(void (*kernel)(Args...), const LaunchParams* p, std::
       return 1;
     }
   }
-  const int64_t total = int64_t(p->grid[0]) * p->grid[1] * p->grid[2];
+  const int64_t grid_blocks = int64_t(p->grid[0]) * p->grid[1] * p->grid[2];
+  const int64_t total = p->block_limit > 0 && p->block_limit < grid_blocks ? p->block_limit : grid_blocks;
 #ifdef FUSECC_CPU_SANITIZE
-  san::begin_launch(w, p->shared_bytes, p->region_count, p->regions, p->report);
+  san::begin_launch(w, p->shared_bytes, p->region_count, p->regions, p->report, p->counters);
 #endif
   for (;;) {
     if (__atomic_load_n(p->failed, __ATOMIC_RELAXED)) return 1;

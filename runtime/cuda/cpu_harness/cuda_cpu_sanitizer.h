@@ -25,6 +25,7 @@
 #ifndef FUSECC_CUDA_CPU_SANITIZER_H
 #define FUSECC_CUDA_CPU_SANITIZER_H
 
+#include <algorithm>
 #include <mutex>
 
 namespace fusecc_cpu {
@@ -81,6 +82,27 @@ struct Segment {
   Cell* cells;  // one per byte of [start, end) (calloc'd: plain memory, no instrumented container code)
 };
 
+// Offline counters (a launch with `counters`): the sampled blocks' accesses,
+// per thread and barrier interval, are grouped into warp requests -- the k-th
+// execution of one instruction (pc) by the lanes of one warp -- when the
+// interval ends; each request adds its shared-memory wavefronts (the most
+// distinct 32-bit words any bank serves) against the ideal, or its global
+// bytes against the 32-byte sectors it touches. Mirrored in sanitizer.py.
+struct Counters {
+  uint64_t shared_requests, shared_wavefronts, shared_ideal_wavefronts;
+  uint64_t global_requests, global_requested_bytes, global_sector_bytes;
+  int64_t sample_blocks;  // blocks (by linear index) whose accesses are counted
+  int64_t truncated;      // accesses past a thread's record capacity (not counted)
+};
+
+struct Access {
+  uint64_t pc, address;
+  uint32_t size, shared;
+  uint32_t lane, occurrence;
+};
+
+constexpr int kMaxRecords = 2048;  // per thread and barrier interval
+
 constexpr int kMaxStaticSegments = 256;
 constexpr int kMaxRegions = 128;
 
@@ -94,6 +116,11 @@ struct State {
   Report* report = nullptr;
   uintptr_t os_stack_lo = 0, os_stack_hi = 0;
   uintptr_t builtins_lo[4], builtins_hi[4];  // threadIdx, blockIdx, blockDim, gridDim of this OS thread
+  Counters* counters = nullptr;
+  bool sampling = false;  // the current block is one of counters->sample_blocks
+  Access* records = nullptr;  // [kMaxThreads][kMaxRecords]
+  Access* merged = nullptr;   // [kWarp * kMaxRecords]: one warp's, sorted into requests
+  int record_count[kMaxThreads];
 };
 
 // Per OS thread, in one TLS block (one lookup per access): the worker once it
@@ -178,7 +205,7 @@ FUSECC_CPU_HARNESS inline State& state(Worker& w) {
   return *static_cast<State*>(w.sanitizer);
 }
 
-FUSECC_CPU_HARNESS inline void begin_launch(Worker& w, uint64_t shared_bytes, int32_t region_count, const void* regions, void* rep) {
+FUSECC_CPU_HARNESS inline void begin_launch(Worker& w, uint64_t shared_bytes, int32_t region_count, const void* regions, void* rep, void* counters) {
   ThreadState& ts = this_thread;
   Busy busy(ts);
   State& s = state(w);
@@ -187,6 +214,11 @@ FUSECC_CPU_HARNESS inline void begin_launch(Worker& w, uint64_t shared_bytes, in
   memcpy(s.regions, regions, sizeof(Region) * size_t(s.region_count));
   s.last_region = 0;
   s.report = static_cast<Report*>(rep);
+  s.counters = static_cast<Counters*>(counters);
+  if (s.counters && !s.records) {
+    s.records = static_cast<Access*>(calloc(size_t(kMaxThreads) * kMaxRecords, sizeof(Access)));
+    s.merged = static_cast<Access*>(calloc(size_t(kWarp) * kMaxRecords, sizeof(Access)));
+  }
   const uintptr_t builtins[4] = {uintptr_t(&threadIdx), uintptr_t(&blockIdx), uintptr_t(&blockDim), uintptr_t(&gridDim)};
   const size_t sizes[4] = {sizeof threadIdx, sizeof blockIdx, sizeof blockDim, sizeof gridDim};
   for (int i = 0; i < 4; ++i) s.builtins_lo[i] = builtins[i], s.builtins_hi[i] = builtins[i] + sizes[i];
@@ -254,6 +286,108 @@ FUSECC_CPU_HARNESS inline void shared_access(Worker& w, Segment& seg, uintptr_t 
   }
 }
 
+FUSECC_CPU_HARNESS inline bool is_shared(State& s, uintptr_t a) {
+  if (a >= s.dynamic.start && a < s.dynamic.limit) return true;
+  for (int i = 0; i < s.static_count; ++i)
+    if (a >= s.statics[i].start && a < s.statics[i].limit) return true;
+  return false;
+}
+
+FUSECC_CPU_HARNESS inline void record(Worker& w, State& s, uintptr_t a, int size, void* pc) {
+  for (int i = 0; i < 4; ++i)
+    if (a >= s.builtins_lo[i] && a < s.builtins_hi[i]) return;
+  const int t = thread_index(w);
+  int& n = s.record_count[t];
+  if (n >= kMaxRecords) {
+    ++s.counters->truncated;
+    return;
+  }
+  Access& r = s.records[size_t(t) * kMaxRecords + size_t(n++)];
+  r.pc = uint64_t(uintptr_t(pc));
+  r.address = a;
+  r.size = uint32_t(size);
+  r.shared = is_shared(s, a);
+  r.lane = uint32_t(t % kWarp);
+}
+
+// The warp requests of one barrier interval of a sampled block, counted.
+FUSECC_CPU_HARNESS inline void flush_counters(Worker& w, int n) {
+  State& s = *static_cast<State*>(w.sanitizer);
+  if (!s.sampling) return;
+  Counters& c = *s.counters;
+  Access* merged = s.merged;
+  for (int warp = 0; warp * kWarp < n; ++warp) {
+    int m = 0;
+    for (int lane = 0; lane < kWarp && warp * kWarp + lane < n; ++lane) {
+      const int t = warp * kWarp + lane;
+      Access* rec = s.records + size_t(t) * kMaxRecords;
+      for (int i = 0; i < s.record_count[t]; ++i) {
+        uint32_t k = 0;  // how often this lane ran this instruction before, in this interval
+        for (int j = i - 1; j >= 0 && k < 1u << 30; --j) k += rec[j].pc == rec[i].pc;
+        rec[i].occurrence = k;
+        merged[m++] = rec[i];
+      }
+      s.record_count[t] = 0;
+    }
+    std::sort(merged, merged + m, [](const Access& x, const Access& y) {
+      return x.pc != y.pc ? x.pc < y.pc : x.occurrence < y.occurrence;
+    });
+    for (int begin = 0; begin < m;) {
+      int end = begin + 1;
+      while (end < m && merged[end].pc == merged[begin].pc && merged[end].occurrence == merged[begin].occurrence) ++end;
+      if (merged[begin].shared) {
+        uint64_t words[kWarp * 4];
+        int count = 0;
+        for (int i = begin; i < end; ++i)
+          for (uint64_t word = merged[i].address >> 2; word <= (merged[i].address + merged[i].size - 1) >> 2; ++word) {
+            bool seen = false;
+            for (int j = 0; j < count && !seen; ++j) seen = words[j] == word;
+            if (!seen && count < kWarp * 4) words[count++] = word;
+          }
+        int per_bank[kWarp] = {0};
+        int ways = 1;
+        for (int j = 0; j < count; ++j) ways = std::max(ways, ++per_bank[words[j] % kWarp]);
+        ++c.shared_requests;
+        c.shared_wavefronts += uint64_t(ways);
+        c.shared_ideal_wavefronts += uint64_t(std::max(1, (count + kWarp - 1) / kWarp));
+      } else {
+        uint64_t sectors[kWarp * 2];
+        int count = 0;
+        uint64_t bytes = 0;
+        for (int i = begin; i < end; ++i) {
+          bool repeated = false;  // a broadcast: lanes asking for the same bytes ask once
+          for (int j = begin; j < i && !repeated; ++j) repeated = merged[j].address == merged[i].address;
+          if (repeated) continue;
+          bytes += merged[i].size;
+          for (uint64_t sector = merged[i].address >> 5; sector <= (merged[i].address + merged[i].size - 1) >> 5; ++sector) {
+            bool seen = false;
+            for (int j = 0; j < count && !seen; ++j) seen = sectors[j] == sector;
+            if (!seen && count < kWarp * 2) sectors[count++] = sector;
+          }
+        }
+        ++c.global_requests;
+        c.global_requested_bytes += bytes;
+        c.global_sector_bytes += uint64_t(count) * 32;
+      }
+      begin = end;
+    }
+  }
+}
+
+FUSECC_CPU_HARNESS inline void block_begin(Worker& w) {
+  if (!w.sanitizer) return;
+  State& s = *static_cast<State*>(w.sanitizer);
+  const int64_t linear = int64_t(blockIdx.x) + int64_t(blockIdx.y) * gridDim.x + int64_t(blockIdx.z) * gridDim.x * gridDim.y;
+  s.sampling = s.counters && linear < s.counters->sample_blocks;
+  if (s.sampling) memset(s.record_count, 0, sizeof s.record_count);
+}
+
+FUSECC_CPU_HARNESS inline void block_end(Worker& w, int n) {
+  if (!w.sanitizer) return;
+  Busy busy(this_thread);
+  flush_counters(w, n);
+}
+
 FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write, void* pc) {
   ThreadState& ts = this_thread;
   if (!ts.worker || ts.checking) return;
@@ -265,9 +399,13 @@ FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write,
   const uintptr_t stack = uintptr_t(w.stacks) + uintptr_t(thread_index(w)) * w.stack_slot;
   if (a >= stack && a < stack + w.stack_slot) return;  // the thread's locals
   const Region& last = s.regions[s.last_region];
-  if (s.region_count && last.kind == BUFFER && a >= last.start && a + size <= last.end) return;
+  if (s.region_count && last.kind == BUFFER && a >= last.start && a + size <= last.end) {
+    if (s.sampling) record(w, s, a, size, pc);
+    return;
+  }
   for (int i = 0; i < 4; ++i)
     if (a >= s.builtins_lo[i] && a < s.builtins_hi[i]) return;
+  if (s.sampling && is_shared(s, a)) record(w, s, a, size, pc);
   if (a >= s.dynamic.start && a < s.dynamic.limit) return shared_access(w, s.dynamic, a, size, write, pc);
   for (int i = 0; i < s.static_count; ++i) {
     Segment* seg = &s.statics[i];
@@ -284,6 +422,7 @@ FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write,
     const Region& r = s.regions[i];
     if (r.kind == BUFFER && a >= r.start && a + size <= r.end) {
       s.last_region = i;
+      if (s.sampling) record(w, s, a, size, pc);
       return;
     }
   }
@@ -308,6 +447,7 @@ FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write,
 FUSECC_CPU_HARNESS inline void barrier_complete(Worker& w, int n) {
   if (!w.sanitizer) return;
   Busy busy(this_thread);
+  flush_counters(w, n);
   int first = -1;
   for (int t = 0; t < n; ++t) {
     const Fiber& f = w.fibers[t];

@@ -76,6 +76,8 @@ class _LaunchParams(ctypes.Structure):
         ("region_count", ctypes.c_int32),
         ("regions", ctypes.c_void_p),
         ("report", ctypes.c_void_p),
+        ("counters", ctypes.c_void_p),
+        ("block_limit", ctypes.c_int64),
     ]
 
 
@@ -313,10 +315,13 @@ class CpuModule:
         reverse: bool = False,
         regions: Any = None,
         report: Any = None,
+        counters: Any = None,
+        block_limit: int = 0,
     ) -> None:
         """Run one kernel launch to completion (launches run in call order).
-        `reverse` runs each block's threads in descending order; `regions`
-        and `report` are the sanitizer's (sanitizer.py), for a sanitized build."""
+        `reverse` runs each block's threads in descending order; `regions`,
+        `report` and `counters` are the sanitizer's (sanitizer.py, counters.py),
+        for a sanitized build; `block_limit` runs only the first blocks."""
         found = self.kernels.get(kernel)
         if found is None:
             raise KeyError(f"no kernel '{kernel}' in {self.filename} (kernels: {', '.join(self.kernels)})")
@@ -347,6 +352,8 @@ class CpuModule:
             len(regions) if regions is not None else 0,
             ctypes.addressof(regions) if regions is not None else None,
             ctypes.addressof(report) if report is not None else None,
+            ctypes.addressof(counters) if counters is not None else None,
+            block_limit,
         )
         helpers = min(workers or default_workers(), math.prod(grid3)) - 1
         futures = [_pool().submit(found.entry, ctypes.byref(params)) for _ in range(max(0, helpers))]
