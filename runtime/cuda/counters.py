@@ -93,14 +93,14 @@ def measure_access_streams(manifest, source: str, inputs: Mapping[str, Any] | Se
     """Per kernel, the harness's counts over the sampled blocks of its launches."""
     from fusecc.runtime.cuda.cpu_harness.loader import CpuModule
     from fusecc.runtime.cuda.cpu_harness.sanitizer import library_ranges
-    from fusecc.runtime.cuda.execute import Bound, gather_inputs, plan_memory, to_device_layout
+    from fusecc.runtime.cuda.execute import Bound, constant_values, gather_inputs, plan_memory, to_device_layout
 
     host = gather_inputs(manifest, inputs)
     module = CpuModule.compile(source, manifest.source, cache_dir=cache_dir, sanitize=True)
     total = plan_memory(manifest).total_bytes
     raw = np.zeros(total + 256, dtype=np.uint8)  # 256-byte aligned like cudaMalloc's: sectors fall where a GPU's would
     start = -raw.ctypes.data % 256
-    bound = Bound(manifest, raw[start : start + total])
+    bound = Bound(manifest, raw[start : start + total], constant_values(manifest))
     for spec in manifest.inputs:
         bound.tensors[spec.name][...] = to_device_layout(host[spec.name], spec.dtype)
     from fusecc.runtime.cuda.cpu_harness.sanitizer import BUFFER, IGNORED, _new_report, _Region

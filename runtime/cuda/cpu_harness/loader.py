@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -167,6 +168,24 @@ def bf16_bits(values) -> np.ndarray:
 
 # --------------------------------------------------------------------------- compiling
 
+REDZONE_BYTES = 64  # after each static __shared__ array of a sanitized build
+_STATIC_SHARED = re.compile(r"^(\s+__shared__\s+(?:__align__\(\d+\)\s+)?[\w:<>, ]+?\s+(\w+)\s*(?:\[[^\]]+\])+\s*;)", re.M)
+
+
+def register_static_shared(source: str) -> str:
+    """Each static `__shared__` array inside a kernel gets a red zone after it
+    and a call registering both with the sanitizer, on its own line (so the
+    line numbers of kernels.cu stay those of the file the user has)."""
+
+    def add(match: re.Match) -> str:
+        name = match.group(2)
+        zone = f"{name}__fusecc_redzone"
+        return f'{match.group(1)} __shared__ unsigned char {zone}[{REDZONE_BYTES}]; fusecc_cpu::san::shared_array({name}, sizeof({name}), {zone}, {REDZONE_BYTES}, "{name}");'
+
+    return _STATIC_SHARED.sub(add, source)
+
+
+
 
 @lru_cache(maxsize=1)
 def host_compiler() -> tuple[str, str]:
@@ -273,8 +292,6 @@ class CpuModule:
         kernels = kernel_names(source)
         flags = [*CXX_FLAGS, *(f"-D{d}" for d in defines), *(SANITIZE_FLAGS if sanitize else ())]
         if sanitize:
-            from fusecc.runtime.cuda.cpu_harness.sanitizer import register_static_shared
-
             source = register_static_shared(source)
         _, version = host_compiler()
         headers = HEADER.read_bytes() + (SANITIZER_HEADER.read_bytes() if sanitize else b"")

@@ -29,6 +29,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fusecc.runtime.cuda.cpu_harness.loader import register_static_shared  # noqa: F401 (the build step of a sanitized run)
+
 # cuda_cpu_sanitizer.h's enum Kind
 RACE_RAW, RACE_WAR, RACE_WAW, UNINITIALIZED_SHARED, SHARED_OUT_OF_BOUNDS, GLOBAL_OUT_OF_BOUNDS, BARRIER_DIVERGENT, BARRIER_EXITED, PARTIAL_WARP = range(1, 10)
 THREAD_ORDER = 100  # found in Python: the reverse-order run left other memory
@@ -46,7 +48,6 @@ KIND_NAMES = {
     THREAD_ORDER: "thread-order",
 }
 REPORT_CAPACITY = 64
-REDZONE_BYTES = 64
 
 
 class _Region(ctypes.Structure):
@@ -101,22 +102,6 @@ class Finding:
 
 
 # --------------------------------------------------------------------------- the build
-
-
-_STATIC_SHARED = re.compile(r"^(\s+__shared__\s+(?:__align__\(\d+\)\s+)?[\w:<>, ]+?\s+(\w+)\s*(?:\[[^\]]+\])+\s*;)", re.M)
-
-
-def register_static_shared(source: str) -> str:
-    """Each static `__shared__` array inside a kernel gets a red zone after it
-    and a call registering both with the sanitizer, on its own line (so the
-    line numbers of kernels.cu stay those of the file the user has)."""
-
-    def add(match: re.Match) -> str:
-        name = match.group(2)
-        zone = f"{name}__fusecc_redzone"
-        return f'{match.group(1)} __shared__ unsigned char {zone}[{REDZONE_BYTES}]; fusecc_cpu::san::shared_array({name}, sizeof({name}), {zone}, {REDZONE_BYTES}, "{name}");'
-
-    return _STATIC_SHARED.sub(add, source)
 
 
 def library_ranges(library: Path) -> list[tuple[int, int]]:
