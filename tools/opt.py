@@ -85,7 +85,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-ir-before", "--mlir-print-ir-before", dest="print_ir_before", action="append", default=[], metavar="PASS", help="print the IR before PASS")
     parser.add_argument("--print-ir-after", "--mlir-print-ir-after", dest="print_ir_after", action="append", default=[], metavar="PASS", help="print the IR after PASS")
     parser.add_argument("--timing", "--mlir-timing", dest="timing", action="store_true", help="print a per-pass timing report (to stderr)")
-    parser.add_argument("--list-passes", action="store_true", help="list registered passes and their options")
+    parser.add_argument("--list-passes", nargs="?", const="default", default=None, choices=("default", "all"), help="list registered passes and their options (=all: test-only passes too, whose names start with test-)")
     parser.add_argument("--explain-fusion", action="store_true", help="emit a remark for every fusion decision")
     add_target_options(parser, "the code generator the passes tune for: cuda (default; cuda-sim alike) or cpu", COMPILE_TARGETS)
     parser.add_argument("--verify-each", type=_verify_each_value, nargs="?", const=True, default=True, metavar="BOOL", help="verify after each pass (default true; --verify-each=false skips it)")
@@ -119,7 +119,7 @@ def check_pass_names(args) -> None:
 
 def _run(args, engine: DiagnosticEngine) -> int:
     if args.list_passes:
-        sys.stdout.write("Available passes:\n" + list_passes())
+        sys.stdout.write("Available passes:\n" + list_passes(include_test=args.list_passes == "all"))
         return 0
     context_target = resolve_target(args, "fusecc-opt", COMPILE_TARGETS, "cuda").hardware
     check_pass_names(args)

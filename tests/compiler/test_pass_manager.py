@@ -96,8 +96,9 @@ def test_pipeline_errors(text, message):
 
 def test_registry_imports_lazily_and_lists_passes():
     assert PM.pass_class("test-record").__name__ == "RecordFunctions"
-    listing = PM.list_passes()
+    listing = PM.list_passes(include_test=True)
     assert "test-options" in listing and "options: count=1, flag=false, sizes=, scale=1.0, mode=fast" in listing
+    assert "test-options" not in PM.list_passes() and "canonicalize" in PM.list_passes()  # test- passes only when asked
 
 
 # --------------------------------------------------------------------------- running
@@ -195,7 +196,9 @@ def test_opt_instrumentation_flags(capsys, tmp_path):
 
 def test_opt_list_passes(capsys, tmp_path):
     code, out, err = run_opt(["--list-passes"], capsys, tmp_path)
-    assert code == 0 and out.startswith("Available passes:") and "test-break-return" in out
+    assert code == 0 and out.startswith("Available passes:") and "fuse" in out and "test-break-return" not in out
+    code, out, err = run_opt(["--list-passes=all"], capsys, tmp_path)
+    assert code == 0 and "test-break-return" in out and "test-inject-fault" in out
 
 
 def test_opt_fails_when_a_pass_reports_an_error(capsys, tmp_path):
