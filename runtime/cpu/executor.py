@@ -86,6 +86,9 @@ class WorkerPool:
         self.run_pieces(function, args, self.pieces(extent, work_per_iteration))
 
     def run_pieces(self, function, args: Sequence, pieces: Sequence[tuple[int, int]]) -> None:
+        if len(pieces) == 1:  # most launches of small programs: no futures
+            function(*args, *pieces[0])
+            return
         if not pieces:
             return
         futures = [self._executor.submit(function, *args, begin, end) for begin, end in pieces[1:]]
@@ -241,6 +244,29 @@ class SchedulePlan:
         self._pristine = [c.copy() for c in self.constants] if self.constants_written else None
         self.load_launches = len(load_steps)
         self._run_at_load(load_steps)
+        self._bound = self._bind_steps()
+
+    def _bind_steps(self) -> list[tuple]:
+        """The steps with what does not change between calls worked out once
+        (per-call Python overhead, issue 11.2): arena, constant and packed
+        addresses are fixed, only input and output addresses vary, and the
+        pieces a launch is split into depend only on the kernel and the pool.
+        Launch: ("launch", function, args with fixed addresses filled,
+        [(index, root, offset) to fill per call], pieces)."""
+        fixed = {("arena",): self.arena.ctypes.data}
+        fixed.update({("const", i): c.ctypes.data for i, c in enumerate(self.constants)})
+        fixed.update({("packed", i): p.ctypes.data for i, p in enumerate(self.packed)})
+        bound = []
+        for step in self.steps:
+            if step[0] != "launch":
+                bound.append(step)
+                continue
+            kernel, slots = step[1], step[2]
+            args = [fixed.get(root, 0) + offset for root, offset in slots]
+            varying = [(i, root, offset) for i, (root, offset) in enumerate(slots) if root not in fixed]
+            pieces = self.program.pool.pieces(kernel.abi.worker_extent, kernel.abi.work_per_iteration)
+            bound.append(("launch", kernel.function, args, varying, pieces))
+        return bound
 
     def _run_at_load(self, steps: list[tuple]) -> None:
         """Run the launches that read only constants, once. Arguments they
@@ -282,14 +308,17 @@ class SchedulePlan:
             bases[("input", i)] = b.ctypes.data
         for i, b in enumerate(outputs):
             bases[("output", i)] = b.ctypes.data
-        pool = self.program.pool
+        run_pieces = self.program.pool.run_pieces
         with self.lock:
-            for step in self.steps:
+            for step, bound in zip(self.steps, self._bound):
                 start = time.perf_counter() if profile is not None else 0.0
-                if step[0] == "launch":
-                    kernel, slots = step[1], step[2]
-                    args = [bases[root] + offset for root, offset in slots]
-                    pool.run(kernel.function, args, kernel.abi.worker_extent, kernel.abi.work_per_iteration)
+                if bound[0] == "launch":
+                    _, function, args, varying, pieces = bound
+                    if varying:
+                        args = args.copy()
+                        for index, root, offset in varying:
+                            args[index] = bases[root] + offset
+                    run_pieces(function, args, pieces)
                 else:
                     _, (src_root, src_offset), (dst_root, dst_offset), nbytes = step
                     ctypes.memmove(bases[dst_root] + dst_offset, bases[src_root] + src_offset, nbytes)
