@@ -6,8 +6,9 @@ numerics page (docs/semantics.md), sharing no code with the dialect's
 `evaluate(program, inputs)` rounds each op's result to its storage type
 (f32, f16 and bf16 as the language says; integers wrap at their width), as
 every target must. A target computes in f32 where the oracle computes in
-float64 and may sum in another order, so `evaluate(..., jitter=rng)` moves
-every float result by up to 2^-16 of itself before it is rounded: where
+float64 and may sum in another order, so `evaluate(..., jitter=...)` moves
+every float result by up to 2^-16 of itself before it is rounded (all up
+with jitter=1.0, all down with -1.0, at random with a numpy Generator): where
 that moves an output past the tolerance (a comparison of near-equal
 values, a cast near an integer, a cancellation), the program is
 ill-conditioned there and no target is held to one value
@@ -43,13 +44,15 @@ def wrap(x: np.ndarray, dtype: str) -> np.ndarray:
 JITTER = 2.0**-16
 
 
-def store(x, dtype: str, jitter: np.random.Generator | None = None) -> np.ndarray:
+def store(x, dtype: str, jitter: np.random.Generator | float | None = None) -> np.ndarray:
     """A computed value as the language stores it (floats as float64 holding
     the storage type's value, integers as int64, i1 as bool)."""
     with np.errstate(all="ignore"):
         if dtype in FLOATS:
             x = np.asarray(x, dtype=np.float64)
-            if jitter is not None:
+            if isinstance(jitter, float):  # every value moved the same way: +1.0 up, -1.0 down
+                x = x * (1.0 + JITTER * jitter)
+            elif jitter is not None:
                 x = x * (1.0 + JITTER * jitter.uniform(-1.0, 1.0, x.shape))
             return x.astype(_STORAGE[dtype]).astype(np.float64)
         if dtype == "i1":
@@ -261,13 +264,13 @@ def evaluate_op(op, args: list[np.ndarray], dtypes: list[str], out_dtype: str, c
     raise ValueError(f"the oracle has no rule for {k}")
 
 
-def evaluate(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | None = None) -> list[np.ndarray]:
+def evaluate(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | float | None = None) -> list[np.ndarray]:
     """The results of @main on `inputs` (in argument order)."""
     env = evaluate_values(program, inputs, jitter)
     return [env[v] for v in program.main.returns]
 
 
-def evaluate_values(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+def evaluate_values(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | float | None = None) -> dict[str, np.ndarray]:
     """Every value of @main on `inputs`, by name."""
     from fusecc.tools.fuzz.program import infer_types
 
