@@ -192,13 +192,16 @@ def accessed_arguments(kernel: loop.KernelOp) -> tuple[set[int], set[int]]:
     return read, written
 
 
-def schedule_steps(schedule: loop.ScheduleOp) -> list[Step]:
-    """The launches and copies of a schedule, in order, with their bytes."""
+def schedule_steps(schedule: loop.ScheduleOp, skip=()) -> list[Step]:
+    """The launches and copies of a schedule, in order, with their bytes;
+    launches in `skip` (those the CPU runtime runs once at load) left out."""
     kernels = kernels_by_name(schedule)
     accesses: dict[str, tuple[set[int], set[int]]] = {}
     work: dict[str, float] = {}
     steps = []
     for op in schedule.body:
+        if isinstance(op, loop.LaunchOp) and op in skip:
+            continue
         if isinstance(op, loop.LaunchOp):
             kernel = kernels[op.kernel_name]
             if op.kernel_name not in accesses:
@@ -224,12 +227,17 @@ def compile_variant(program: Operation, entry: str, measurer: Measurer, fused: b
     run_pipeline(after_fuse, module, PassContext(diagnostics=engine, target=target))
     schedule = module.lookup(entry)
     program = measurer.compile(module)
+    at_load = ()
+    if target == "cpu":  # packing constant weights runs once at load, not per call (runtime/cpu/load_time.py)
+        from fusecc.runtime.cpu.load_time import load_time_launches
+
+        at_load = load_time_launches(schedule)
     return Variant(
         "fused" if fused else "unfused",
         model,
         module,
         program,
-        schedule_steps(schedule),
+        schedule_steps(schedule, at_load),
         schedule.arena_size,
         schedule.attr("plan.naive_bytes") or schedule.arena_size,
         schedule.attr("plan.in_place") or 0,
