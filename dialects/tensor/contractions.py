@@ -105,7 +105,10 @@ class AttentionOp(TensorOp):
 
     def effective_scale(self) -> float:
         scale = self.attr("scale")
-        return 1.0 / math.sqrt(self.query.type.shape[-1]) if scale is None else scale
+        if scale is not None:
+            return scale
+        d = self.query.type.shape[-1]
+        return 1.0 / math.sqrt(d) if d else 1.0  # no head dim: the scores are empty sums (0), any scale will do
 
     def formula(self, o, q, k, v, mask):
         """The op's definition over the arithmetic interface of `formulas`."""

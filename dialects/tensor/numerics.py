@@ -78,7 +78,7 @@ def erf(x: np.ndarray) -> np.ndarray:
         frac = (k / 2.0) / (big + frac)
     erfc = np.exp(-big * big) / math.sqrt(math.pi) / (big + frac)
     out[~small] = 1.0 - erfc
-    return np.sign(x64) * out
+    return np.copysign(out, x64)  # erf(-0.0) is -0.0 (C99), which np.sign loses
 
 
 def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
