@@ -161,6 +161,8 @@ class KernelWriter(KernelBuilder):
         an add each and nothing has to stay live across rounds."""
         im = self.im
         total = math.prod(shape)
+        if total == 0:
+            return []  # an empty tile (a head dim of 0): nothing to share out
         rounds = ceil_div(total, threads)
         if len(shape) == 2 and threads % shape[1] == 0:
             rows_per_round = threads // shape[1]

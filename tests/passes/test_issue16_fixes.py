@@ -82,6 +82,13 @@ func.func @main(%q: tensor<1x0x0x1xf32>, %k: tensor<1x0x1x1xf32>, %v: tensor<1x0
   %1 = tensor.reshape %0 : (tensor<1x0x0x1xf32>) -> tensor<0xf32>
   func.return %1 : tensor<0xf32>
 }""",
+    # found by the fuzzer: a head dim of 0 (the scores are empty sums): the GPU template shared
+    # an empty q tile out among its threads modulo 0
+    "attention_no_head_dim": """
+func.func @main(%q: tensor<2x3x0xf32>, %k: tensor<2x4x0xf32>, %v: tensor<2x4x5xf32>) -> tensor<2x3x5xf32> {
+  %0 = tensor.attention %q, %k, %v {causal = true} : (tensor<2x3x0xf32>, tensor<2x4x0xf32>, tensor<2x4x5xf32>) -> tensor<2x3x5xf32>
+  func.return %0 : tensor<2x3x5xf32>
+}""",
 }
 
 
