@@ -15,6 +15,7 @@ import sys
 from typing import Callable
 
 from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError, SourceManager, UsageError, render
+from fusecc.driver.frontend import read_source  # re-exported for the tools
 
 EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 2
@@ -27,23 +28,6 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.print_usage(sys.stderr)
         raise UsageError(message)
-
-
-def read_source(path: str) -> tuple[str, str]:
-    """(text, display name) of a file, or of stdin for '-'."""
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
-    except FileNotFoundError:
-        raise UsageError(f"could not open input file '{path}': no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"could not open input file '{path}': it is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"input file '{path}' is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise UsageError(f"could not open input file '{path}': {exc.strerror}") from None
 
 
 def write_stdout(text: str) -> None:
