@@ -17,6 +17,7 @@ def loop_pipeline():
 
 class CpuTarget(Target):
     name = "cpu"
+    lowers = True  # runs the loop-level pipeline first; a module already at the loop level does not
 
     def available(self):
         return NO_LLVMLITE if importlib.util.find_spec("llvmlite") is None else None
@@ -27,24 +28,13 @@ class CpuTarget(Target):
     def prepare(self, module, entry, engine):
         from fusecc.runtime.cpu.executor import compile_program
 
-        run_pipeline(loop_pipeline(), module, PassContext(diagnostics=engine, target="cpu"))
+        if self.lowers:
+            run_pipeline(loop_pipeline(), module, PassContext(diagnostics=engine, target="cpu"))
         program = compile_program(module)
         return lambda inputs: program.run(inputs, entry)
 
 
-class LoopLevelCpuTarget(Target):
+class LoopLevelCpuTarget(CpuTarget):
     """Runs a module that is already at the loop level (no pipeline)."""
 
-    name = "cpu"
-
-    def available(self):
-        return NO_LLVMLITE if importlib.util.find_spec("llvmlite") is None else None
-
-    def run(self, module, entry, inputs, engine):
-        return self.prepare(module, entry, engine)(inputs)
-
-    def prepare(self, module, entry, engine):
-        from fusecc.runtime.cpu.executor import compile_program
-
-        program = compile_program(module)
-        return lambda inputs: program.run(inputs, entry)
+    lowers = False
