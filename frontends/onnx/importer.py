@@ -11,7 +11,6 @@ and `onnx.outputs`, which `fusecc run` uses for its npz keys.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +21,7 @@ from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.diagnostics import NameLoc
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.progress import progress
+from fusecc.frontends.names import ssa_names
 from fusecc.compiler.types import FunctionType, TensorType
 from fusecc.compiler.verifier import verify
 from fusecc.dialects.builtin import ModuleOp
@@ -34,7 +34,6 @@ from fusecc.frontends.onnx.table import TABLE
 
 INPUT_NAMES_ATTR = "onnx.inputs"
 OUTPUT_NAMES_ATTR = "onnx.outputs"
-_SSA_UNSAFE = re.compile(r"[^A-Za-z0-9_.$\-]")
 
 
 @dataclass
@@ -152,22 +151,6 @@ def initializer_arrays(loaded: LoadedModel) -> dict[str, np.ndarray]:
         found = loaded.external.get(tensor.name)
         arrays[tensor.name] = found if found is not None else numpy_helper.to_array(tensor)
     return arrays
-
-
-def ssa_names(names: list[str]) -> list[str]:
-    """Argument names that read back as themselves: unsafe characters become
-    `_`, bare numbers get a leading `_`, repeats a suffix."""
-    taken, out = set(), []
-    for name in names:
-        clean = _SSA_UNSAFE.sub("_", name) or "arg"
-        if clean.isdigit():
-            clean = "_" + clean
-        candidate, n = clean, 1
-        while candidate in taken:
-            candidate, n = f"{clean}_{n}", n + 1
-        taken.add(candidate)
-        out.append(candidate)
-    return out
 
 
 def input_types(path: str, inputs, shapes: dict[str, tuple[int, ...]]) -> list[TensorType]:

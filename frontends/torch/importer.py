@@ -10,7 +10,6 @@ location of the user's Python line that made its node."""
 from __future__ import annotations
 
 import operator
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +23,7 @@ from fusecc.compiler.types import FunctionType, TensorType
 from fusecc.compiler.verifier import verify
 from fusecc.dialects.builtin import ModuleOp
 from fusecc.dialects.func import FuncOp, ReturnOp
+from fusecc.frontends.names import ssa_names
 from fusecc.frontends.torch import ops_elementwise, ops_nn, ops_shape  # noqa: F401  (they fill the table)
 from fusecc.frontends.torch.context import (
     TranslationContext,
@@ -40,7 +40,6 @@ from fusecc.frontends.torch.table import handler_for
 
 INPUT_NAMES_ATTR = "torch.inputs"
 OUTPUT_NAMES_ATTR = "torch.outputs"
-_SSA_UNSAFE = re.compile(r"[^A-Za-z0-9_.$\-]")
 _NO_VALUE = object()
 
 
@@ -228,20 +227,6 @@ def getattr_path(module, target: str):
     for part in target.split("."):
         module = getattr(module, part)
     return module
-
-
-def ssa_names(names: list[str]) -> list[str]:
-    taken, out = set(), []
-    for name in names:
-        clean = _SSA_UNSAFE.sub("_", name) or "arg"
-        if clean[0].isdigit():
-            clean = "_" + clean
-        candidate, n = clean, 1
-        while candidate in taken:
-            candidate, n = f"{clean}_{n}", n + 1
-        taken.add(candidate)
-        out.append(candidate)
-    return out
 
 
 __all__ = ["ImportedGraph", "INPUT_NAMES_ATTR", "OUTPUT_NAMES_ATTR", "import_graph", "unsupported_nodes"]
