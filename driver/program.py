@@ -84,7 +84,8 @@ def _load(model, engine: DiagnosticEngine, shapes, resources) -> Operation:
     return module
 
 
-def _entry(module: Operation, requested: str | None) -> Operation:
+def entry_function(module: Operation, requested: str | None) -> Operation:
+    """The function `requested` (with or without @), else @main, else the first."""
     functions = module.functions()
     if not functions:
         raise UsageError("the module has no functions")
@@ -130,7 +131,7 @@ class Program:
             start = time.perf_counter()
             self.module = _load(model, self._engine, shapes, resources)
             self.stats.phases["load"] = time.perf_counter() - start
-            func = _entry(self.module, entry)
+            func = entry_function(self.module, entry)
             self.entry = func.sym_name
             self.signature = _signature(func)
             self._compile()

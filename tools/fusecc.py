@@ -32,6 +32,7 @@ from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 from fusecc.driver.pipelines import EMIT_LEVELS, EmitOptions, is_loop_level, pipeline_for_level
 from fusecc.driver import frontend, targets
+from fusecc.driver.program import entry_function as function_by_name
 
 from fusecc.tools import run_io
 from fusecc.tools import model_options
@@ -57,16 +58,7 @@ def entry_function(module: Operation, requested: str | None) -> Operation:
         if found is None:
             raise UsageError(f"no loop.schedule @{wanted} (schedules: {', '.join('@' + op.sym_name for op in schedules) or 'none'})")
         return found
-    functions = module.functions()
-    if not functions:
-        raise UsageError("the module has no functions")
-    if requested is not None:
-        found = module.lookup(requested.lstrip("@"))
-        if found is None or found.name != "func.func":
-            names = ", ".join("@" + f.sym_name for f in functions)
-            raise UsageError(f"no function @{requested.lstrip('@')} (functions: {names})")
-        return found
-    return module.lookup("main") or functions[0]
+    return function_by_name(module, requested)
 
 
 # --------------------------------------------------------------------------- compile
