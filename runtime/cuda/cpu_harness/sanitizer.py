@@ -252,6 +252,14 @@ class Sanitizer:
         self._raw.clear()
 
 
+# a race's kind, what this thread did, what the other one had done
+_RACES = {
+    RACE_RAW: ("read after write", "reads", "wrote"),
+    RACE_WAR: ("write after read", "writes", "read"),
+    RACE_WAW: ("write after write", "writes", "wrote"),
+}
+
+
 def _message(launch: _Launch, f: _Finding, other_line: int | None) -> str:
     thread = _thread(f.thread, launch.block) if f.thread >= 0 else None
     other = _thread(f.other_thread, launch.block) if f.other_thread >= 0 else None
@@ -260,12 +268,9 @@ def _message(launch: _Launch, f: _Finding, other_line: int | None) -> str:
     what = f.what.decode(errors="replace")
     spot = f"{what} + {f.offset} ({f.size} bytes, address {f.address:#x})"
     k = f.kind
-    if k == RACE_RAW:
-        return f"shared-memory race (read after write) in kernel {launch.kernel}: thread {thread} reads {spot}, which thread {other} wrote{at_other} with no __syncthreads() between ({block})"
-    if k == RACE_WAR:
-        return f"shared-memory race (write after read) in kernel {launch.kernel}: thread {thread} writes {spot}, which thread {other} read{at_other} with no __syncthreads() between ({block})"
-    if k == RACE_WAW:
-        return f"shared-memory race (write after write) in kernel {launch.kernel}: thread {thread} writes {spot}, which thread {other} wrote{at_other} with no __syncthreads() between ({block})"
+    if k in _RACES:
+        kind, this_access, other_access = _RACES[k]
+        return f"shared-memory race ({kind}) in kernel {launch.kernel}: thread {thread} {this_access} {spot}, which thread {other} {other_access}{at_other} with no __syncthreads() between ({block})"
     if k == UNINITIALIZED_SHARED:
         return f"uninitialised shared memory read in kernel {launch.kernel}: thread {thread} reads {spot}, which no thread of {block} wrote"
     if k == SHARED_OUT_OF_BOUNDS:
