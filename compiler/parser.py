@@ -32,6 +32,7 @@ from fusecc.compiler.diagnostics import FileLineColLoc
 from fusecc.compiler.ir import Block, Operation, Region, lookup_op_class
 from fusecc.compiler.literals import LiteralReader, _attribute_dicts
 from fusecc.compiler.syntax import OpSyntax, lark_parser, set_grammar_store, syntax_error, token_piece
+from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, has_unbound, refine_results, type_compatible
 from fusecc.compiler.types import FunctionType, TypeSyntaxError, parse_type_token
 
 
@@ -127,15 +128,35 @@ class _IRBuilder(LiteralReader):
         block = Block()
         for arg in syntax.args:
             self.define_block_arg(block, scope, arg)
-        ftype = FunctionType([a.type for a in block.args], self.types(syntax.result_types))
         attrs = self.attributes(syntax.attrs)
+        self.bind_dims(block, attrs, syntax)
+        ftype = FunctionType([a.type for a in block.args], self.types(syntax.result_types))
         attrs["sym_name"] = A.StringAttr(str(syntax.symbol)[1:])
         attrs["function_type"] = A.TypeAttr(ftype)
         func = FuncOp([], [], attrs, [], self.op_location(syntax))
         region = Region()
         self.fill_region(region, syntax.regions[0], scope, entry=block)
         func.add_region(region)
+        if has_unbound(ftype):
+            self.bind_function_results(func, ftype)
         return func
+
+    def bind_dims(self, block: Block, attrs: dict, syntax: OpSyntax) -> None:
+        """Give each `?` of the arguments its symbol (compiler/dim_binding.py)."""
+        try:
+            bound = bind_arguments([a.type for a in block.args], attrs.get(DIMS_ATTR))
+        except ValueError as exc:
+            raise self.fail(syntax.token, str(exc)) from None
+        for arg, t in zip(block.args, bound):
+            arg.type = t
+
+    def bind_function_results(self, func, ftype: FunctionType) -> None:
+        """Results written `?` take the returned values' expressions."""
+        last = func.regions[0].blocks[0].last_op if func.regions[0].blocks else None
+        if last is None or last.name != "func.return" or len(last.operands) != len(ftype.results):
+            return  # the verifier reports the missing or mismatched return
+        results = [v.type if type_compatible(v.type, want) else want for v, want in zip(last.operands, ftype.results)]
+        func.attributes["function_type"] = A.TypeAttr(FunctionType(ftype.inputs, results))
 
     def define_block_arg(self, block: Block, scope: _Scope, arg) -> None:
         value_token, type_token, _loc = arg
@@ -192,7 +213,7 @@ class _IRBuilder(LiteralReader):
                     f"'{name}' has {len(operands)} operand{'s' * (len(operands) != 1)} but {len(declared)} operand type{'s' * (len(declared) != 1)}",
                 )
             for text, value, want in zip(operand_names, operands, declared):
-                if value.type is not want:
+                if value.type is not want and not type_compatible(value.type, want):
                     raise self.fail(
                         token_piece(syntax.operands, text), f"use of value '{text}' expects type {want}, but it has type {value.type}"
                     )
@@ -200,6 +221,8 @@ class _IRBuilder(LiteralReader):
         result_names = self.result_names(syntax.results)
         if declared_results is not None:
             result_types = declared_results
+            if any(has_unbound(t) for t in declared_results):
+                result_types = self.refine(op_class, operands, attrs, declared_results, syntax)
         elif not result_names:
             result_types = []
         else:
@@ -229,6 +252,15 @@ class _IRBuilder(LiteralReader):
         try:
             check_attributes(op_class, attrs)
             return op_class.infer_result_types([v.type for v in operands], attrs)
+        except VerifyError as exc:
+            raise self.fail(syntax.token, f"'{op_class.name}' op {exc}") from None
+
+    def refine(self, op_class, operands, attrs, declared, syntax):
+        """Bind the `?` dims of written result types to the inferred expressions."""
+        from fusecc.compiler.ir import VerifyError
+
+        try:
+            return refine_results(op_class, [v.type for v in operands], attrs, declared)
         except VerifyError as exc:
             raise self.fail(syntax.token, f"'{op_class.name}' op {exc}") from None
 

@@ -150,7 +150,9 @@ def round_to_bf16(x) -> np.ndarray:
 
 
 class ShapedType(Type):
-    """A type with a static shape and an element type."""
+    """A type with a shape and an element type. A dim is an int or, when
+    only the run knows it, a sympy expression of the function's dim symbols
+    (compiler/dims.py); then `num_elements` and `byte_size` are expressions."""
 
     __slots__ = ("shape", "element_type")
 
@@ -169,8 +171,14 @@ class ShapedType(Type):
     def byte_size(self) -> int:
         return self.num_elements * self.element_type.byte_size
 
+    @property
+    def is_static(self) -> bool:
+        """Whether every dim is a known size (no `?`; compiler/dims.py)."""
+        return all(type(d) is int for d in self.shape)
+
     def _shape_prefix(self) -> str:
-        return "".join(f"{d}x" for d in self.shape)
+        # A dynamic dim is a sympy expression (compiler/dims.py); it prints as `?`.
+        return "".join("?x" if hasattr(d, "free_symbols") else f"{d}x" for d in self.shape)
 
 
 class TensorType(ShapedType):
@@ -179,7 +187,10 @@ class TensorType(ShapedType):
     __slots__ = ()
 
     def __new__(cls, shape, element_type: ScalarType):
-        return cls._interned(tuple(shape), element_type)
+        shape = tuple(shape)
+        if not all(type(d) is int for d in shape):
+            shape = _normalized_shape(shape)
+        return cls._interned(shape, element_type)
 
     def _init(self, shape, element_type):
         self.shape = shape
@@ -193,6 +204,12 @@ class TensorType(ShapedType):
 
     def _format(self) -> str:
         return f"tensor<{self._shape_prefix()}{self.element_type}>"
+
+
+def _normalized_shape(shape: tuple) -> tuple:
+    from fusecc.compiler.dims import normalize_dim
+
+    return tuple(normalize_dim(d) for d in shape)
 
 
 MEMORY_SPACES = ("global", "shared", "local")
@@ -254,7 +271,7 @@ class TypeSyntaxError(ValueError):
         self.offset = offset
 
 
-_SHAPED_BODY = re.compile(r"^((?:\d+x)*)([a-z][a-z0-9]*)(?:\s*,\s*([a-z]+))?$")
+_SHAPED_BODY = re.compile(r"^((?:(?:\d+|\?)x)*)([a-z][a-z0-9]*)(?:\s*,\s*([a-z]+))?$")
 
 TypeParser = Callable[[str], Type]
 _TYPE_PARSERS: dict[str, TypeParser] = {}
@@ -268,15 +285,21 @@ def register_type_parser(keyword: str, parse: TypeParser) -> None:
 def _parse_shape_and_element(body: str, keyword: str) -> tuple[tuple[int, ...], ScalarType, str | None]:
     match = _SHAPED_BODY.match(body.strip())
     if not match:
-        if re.match(r"^\s*(?:(?:\d+|\?)x)+", body) and "?" in body:
-            raise TypeSyntaxError(f"dynamic dimensions ('?') are not supported yet in '{keyword}<{body}>'; give every dimension a size (docs/language.md)")
         raise TypeSyntaxError(f"malformed {keyword} type '{keyword}<{body}>'")
     dims, element_name, extra = match.groups()
     element = SCALAR_TYPES.get(element_name)
     if element is None:
         raise TypeSyntaxError(f"unknown element type '{element_name}' in '{keyword}<{body}>'")
-    shape = tuple(int(d) for d in dims.split("x")[:-1]) if dims else ()
+    shape = tuple(_read_dim(d) for d in dims.split("x")[:-1]) if dims else ()
     return shape, element, extra
+
+
+def _read_dim(text: str):
+    if text != "?":
+        return int(text)
+    from fusecc.compiler.dims import unbound_dim
+
+    return unbound_dim()
 
 
 def _parse_tensor(body: str) -> Type:
@@ -324,7 +347,13 @@ def parse_type_token(text: str) -> Type:
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
-    """numpy's broadcasting of static shapes, or None when they do not broadcast."""
+    """numpy's broadcasting, or None when the shapes do not broadcast.
+
+    A dynamic dim never stretches (docs/dynamic-shapes.md): against 1 it
+    stays, against a size or another dynamic dim the two must be equal,
+    which `dims.require_equal` turns into a runtime check."""
+    if not all(type(d) is int for shape in shapes for d in shape):
+        return _broadcast_dynamic(shapes)
     rank = max((len(s) for s in shapes), default=0)
     result = []
     for axis in range(rank):
@@ -339,5 +368,29 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
             if size != 1 and d != size:
                 return None
             size = d
+        result.append(size)
+    return tuple(result)
+
+
+def _broadcast_dynamic(shapes) -> tuple | None:
+    from fusecc.compiler.dims import dims_equal, require_equal
+
+    rank = max(len(s) for s in shapes)
+    result = []
+    for axis in range(rank):
+        size = 1
+        for shape in shapes:
+            offset = axis - (rank - len(shape))
+            if offset < 0 or shape[offset] == 1:
+                continue
+            d = shape[offset]
+            if type(size) is int and size == 1:
+                size = d
+                continue
+            if dims_equal(size, d) is False:
+                return None
+            require_equal(size, d, f"broadcast dims of axis {axis} must be equal")
+            if type(d) is int:
+                size = d  # the static size is what the check proves
         result.append(size)
     return tuple(result)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from fusecc.compiler.diagnostics import Diagnostic, DiagnosticError, Severity
 from fusecc.compiler.ir import BlockArgument, Operation, OpResult, VerifyError, check_operand_count
 from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, Terminator
+from fusecc.compiler.dim_binding import type_compatible
 from fusecc.compiler.types import format_result_types
 
 
@@ -54,7 +55,7 @@ def verify_op_local(op: Operation) -> None:
     if cls.has_type_inference:
         inferred = cls.infer_result_types([v.type for v in op.operands], op.attributes)
         actual = op.result_types
-        if list(inferred) != actual:
+        if list(inferred) != actual and not (len(inferred) == len(actual) and all(map(type_compatible, inferred, actual))):
             raise VerifyError(
                 f"result type {format_result_types(actual)} does not match the inferred type {format_result_types(inferred)}"
             )

@@ -19,6 +19,7 @@ from fusecc.compiler.ir import (
     register_op,
 )
 from fusecc.compiler.traits import IsolatedFromAbove, Symbol, Terminator
+from fusecc.compiler.dim_binding import same_spelling, type_compatible
 from fusecc.compiler.types import FunctionType
 
 
@@ -93,7 +94,7 @@ class ReturnOp(Operation):
                 f"but @{func.sym_name} declares {len(expected)} result{'s' * (len(expected) != 1)}"
             )
         for i, (value, want) in enumerate(zip(self.operands, expected)):
-            if value.type is not want:
+            if value.type is not want and not type_compatible(value.type, want):
                 raise VerifyError(f"returned value {i} has type {value.type} but @{func.sym_name} declares {want}")
 
 
@@ -121,10 +122,13 @@ class CallOp(Operation):
             raise VerifyError(f"calls @{self.callee}, which is not a function of this module")
         ftype = target.function_type
         actual_inputs = tuple(v.type for v in self.operands)
-        if actual_inputs != ftype.inputs:
+        if actual_inputs != ftype.inputs and not (
+            len(actual_inputs) == len(ftype.inputs) and all(map(same_spelling, actual_inputs, ftype.inputs))
+        ):
             raise VerifyError(
                 f"argument types ({', '.join(map(str, actual_inputs))}) do not match "
                 f"@{self.callee}'s ({', '.join(map(str, ftype.inputs))})"
             )
-        if tuple(self.result_types) != ftype.results:
+        results = tuple(self.result_types)
+        if results != ftype.results and not (len(results) == len(ftype.results) and all(map(same_spelling, results, ftype.results))):
             raise VerifyError(f"result types do not match @{self.callee}'s {FunctionType((), ftype.results)}")

@@ -125,6 +125,8 @@ def test_a_malformed_attribute_dictionary_is_located_inside_it():
     assert (diagnostic.location.line, diagnostic.location.col) == (2, text.split("\n")[1].index("}") + 1)
 
 
-def test_dynamic_dims_say_they_are_not_supported_yet():
-    message = message_of("func.func @f(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {\n  func.return %x : tensor<?x4xf32>\n}\n")
-    assert message.startswith("dynamic dimensions ('?') are not supported yet in 'tensor<?x4xf32>'")
+def test_a_bad_dim_name_is_located():
+    message = message_of('func.func @f(%x: tensor<?xf32>) -> tensor<?xf32> attributes {fusecc.dims = [["1B"]]} {\n  func.return %x : tensor<?xf32>\n}\n')
+    assert message.startswith("dim name '1B' in 'fusecc.dims' must be an identifier")
+
+

@@ -1,0 +1,115 @@
+"""Binding the `?` dims of a parsed function to named symbols.
+
+The text spells a dynamic dim `?` (MLIR). While a function is read, each `?`
+of its arguments becomes a symbol: the name the function's `fusecc.dims`
+attribute gives it, or a fresh `s0, s1, ...`. Each `?` of an op result then
+becomes the expression its shape inference derives (`B*S` after a reshape
+of `?x?x384` to `?x384`), so that every type of the function is an
+expression of its arguments' symbols (compiler/dims.py).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.dims import dim_symbol, dims_equal, is_unbound
+from fusecc.compiler.ir import VerifyError
+from fusecc.compiler.types import FunctionType, ShapedType, TensorType, Type
+
+DIMS_ATTR = "fusecc.dims"
+
+
+def has_unbound(t: Type) -> bool:
+    if isinstance(t, FunctionType):
+        return any(has_unbound(x) for x in (*t.inputs, *t.results))
+    return isinstance(t, ShapedType) and not t.is_static and any(is_unbound(d) for d in t.shape if type(d) is not int)
+
+
+def _argument_names(dims_attr, arg_types: Sequence[Type]) -> list[list[str]]:
+    """The names `fusecc.dims` gives each argument's `?` dims, checked."""
+    if not isinstance(dims_attr, A.ArrayAttr) or len(dims_attr.elements) != len(arg_types):
+        raise ValueError(
+            f"'{DIMS_ATTR}' must be an array with one entry per argument ({len(arg_types)}), each an array of the "
+            f"names of that argument's '?' dims, e.g. [[\"B\", \"S\"], []]"
+        )
+    names = []
+    for index, (entry, t) in enumerate(zip(dims_attr.elements, arg_types)):
+        wanted = sum(1 for d in getattr(t, "shape", ()) if type(d) is not int)
+        if not isinstance(entry, A.ArrayAttr) or not all(isinstance(e, A.StringAttr) for e in entry.elements):
+            raise ValueError(f"'{DIMS_ATTR}' entry {index} must be an array of dim names (strings), but is {entry}")
+        given = [e.value for e in entry.elements]
+        if len(given) != wanted:
+            raise ValueError(f"'{DIMS_ATTR}' names {len(given)} dims of argument {index}, which has {wanted} '?' dims ({t})")
+        for name in given:
+            if not name.isidentifier() or name == "_":
+                raise ValueError(f"dim name '{name}' in '{DIMS_ATTR}' must be an identifier")
+        names.append(given)
+    return names
+
+
+def bind_arguments(arg_types: Sequence[Type], dims_attr=None) -> list[Type]:
+    """The argument types with each `?` bound to its symbol. Raises
+    ValueError for a malformed `fusecc.dims`."""
+    if dims_attr is None and not any(has_unbound(t) for t in arg_types):
+        return list(arg_types)
+    if dims_attr is not None:
+        names = _argument_names(dims_attr, arg_types)
+    else:
+        counter = iter(range(1 << 30))
+        names = [[f"s{next(counter)}" for d in getattr(t, "shape", ()) if type(d) is not int] for t in arg_types]
+    bound = []
+    for t, arg_names in zip(arg_types, names):
+        if not isinstance(t, TensorType) or t.is_static:
+            bound.append(t)
+            continue
+        queue = iter(arg_names)
+        bound.append(TensorType([d if type(d) is int else dim_symbol(next(queue)) for d in t.shape], t.element_type))
+    return bound
+
+
+def dim_compatible(actual, declared) -> bool:
+    """A dim as computed fits a dim as written: equal, or either is `?`."""
+    if type(declared) is not int and is_unbound(declared):
+        return True
+    if type(actual) is not int and is_unbound(actual):
+        return True
+    return dims_equal(actual, declared) is True
+
+
+def type_compatible(actual: Type, declared: Type) -> bool:
+    """`actual` may stand where `declared` is written (`?` matches any dim)."""
+    if actual is declared:
+        return True
+    if not (isinstance(actual, TensorType) and isinstance(declared, TensorType)):
+        return False
+    return (
+        actual.element_type is declared.element_type
+        and actual.rank == declared.rank
+        and all(dim_compatible(a, d) for a, d in zip(actual.shape, declared.shape))
+    )
+
+
+def same_spelling(a: Type, b: Type) -> bool:
+    """Equal up to the names of dynamic dims: what the text can tell apart
+    (a call's argument `B` may stand for the callee's `s0`)."""
+    return a is b or str(a) == str(b)
+
+
+def refine_results(op_class, operand_types: list[Type], attributes: dict, declared: list[Type]) -> list[Type]:
+    """The result types of an op whose written types have `?` dims: the
+    inferred ones (checked against what is written) or, for ops without
+    inference, the op's own `refine_result_types`. Raises VerifyError."""
+    if op_class.has_type_inference:
+        inferred = list(op_class.infer_result_types(operand_types, attributes))
+        if len(inferred) != len(declared) or not all(type_compatible(i, d) for i, d in zip(inferred, declared)):
+            written = ", ".join(map(str, declared))
+            raise VerifyError(f"result type {written} does not match the inferred type {', '.join(map(str, inferred))}")
+        return inferred
+    refine = getattr(op_class, "refine_result_types", None)
+    if refine is None:
+        return list(declared)
+    return list(refine(operand_types, attributes, declared))
+
+
+__all__ = ["DIMS_ATTR", "bind_arguments", "dim_compatible", "has_unbound", "refine_results", "same_spelling", "type_compatible"]
