@@ -25,7 +25,7 @@ from .base import (
     expect_tensor,
     shape_str,
 )
-from .numerics import compute_view, divide, erf, power, to_storage
+from .numerics import compute_view, divide, erf, maximum, minimum, power, to_storage
 
 
 @register_op
@@ -92,8 +92,8 @@ AddOp = _binary("tensor.add", True, np.add, doc="a + b")
 SubOp = _binary("tensor.sub", False, np.subtract, doc="a - b")
 MulOp = _binary("tensor.mul", True, np.multiply, doc="a * b")
 DivOp = _binary("tensor.div", False, divide, doc="a / b (integers truncate toward zero, x / 0 is 0)")
-MaxOp = _binary("tensor.max", True, np.maximum, ANY_ELEMENT, doc="np.maximum(a, b) (NaN propagates)")
-MinOp = _binary("tensor.min", True, np.minimum, ANY_ELEMENT, doc="np.minimum(a, b) (NaN propagates)")
+MaxOp = _binary("tensor.max", True, maximum, ANY_ELEMENT, doc="IEEE 754-2019 maximum(a, b): NaN propagates, +0.0 > -0.0")
+MinOp = _binary("tensor.min", True, minimum, ANY_ELEMENT, doc="IEEE 754-2019 minimum(a, b): NaN propagates, -0.0 < +0.0")
 PowOp = _binary("tensor.pow", False, power, doc="a ** b (floats: C99 pow, docs/semantics.md)")
 
 
@@ -132,7 +132,7 @@ def _unary(op_name: str, function, element_class: str = FLOAT_ONLY, doc: str = "
 
 
 def _relu(x):
-    return np.maximum(x, np.zeros((), x.dtype))
+    return maximum(x, np.zeros((), x.dtype))
 
 
 def _evaluate_gelu(op, args):
@@ -149,7 +149,7 @@ RsqrtOp = _unary("tensor.rsqrt", lambda x: np.float32(1.0) / np.sqrt(x), doc="1/
 TanhOp = _unary("tensor.tanh", np.tanh, doc="tanh x")
 ErfOp = _unary("tensor.erf", formulas.NUMPY.erf, doc="erf x (computed in float64, then rounded)")
 ReciprocalOp = _unary("tensor.reciprocal", formulas.NUMPY.reciprocal, doc="1/x")
-ReluOp = _unary("tensor.relu", _relu, NUMERIC, "max(x, 0) (NaN and -0.0 stay x)")
+ReluOp = _unary("tensor.relu", _relu, NUMERIC, "maximum(x, 0): NaN stays NaN, -0.0 gives +0.0")
 SigmoidOp = _unary("tensor.sigmoid", lambda x: formulas.sigmoid(formulas.NUMPY, x), doc="1/(1+e^-x)")
 SiluOp = _unary("tensor.silu", lambda x: formulas.silu(formulas.NUMPY, x), doc="x*sigmoid(x)")
 GeluOp = _unary(

@@ -104,3 +104,44 @@ def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(negative, inverse, result).astype(result.dtype)
     base, exponent = (np.array(x, dtype=np.float64) for x in np.broadcast_arrays(a, b))
     return np.power(base, exponent).astype(np.result_type(a, b))
+
+
+def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 `maximum`: a NaN on either side is the result and +0.0
+    is larger than -0.0, whichever side each is on (numpy's `maximum`
+    returns `b` for a tie, so its answer for ±0 depends on the order)."""
+    result = np.maximum(a, b)
+    if result.dtype.kind != "f":
+        return result
+    both_zero = (a == 0) & (b == 0)
+    return np.where(both_zero, np.where(np.signbit(a) & np.signbit(b), -0.0, 0.0).astype(result.dtype), result)
+
+
+def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 `minimum`: a NaN on either side is the result and -0.0
+    is smaller than +0.0."""
+    result = np.minimum(a, b)
+    if result.dtype.kind != "f":
+        return result
+    both_zero = (a == 0) & (b == 0)
+    return np.where(both_zero, np.where(np.signbit(a) | np.signbit(b), -0.0, 0.0).astype(result.dtype), result)
+
+
+def reduce_maximum(x: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
+    """`maximum` folded over `axis` (NaN propagates; a zero result is +0.0
+    when any +0.0 is among the reduced elements)."""
+    result = np.max(x, axis=axis, keepdims=keepdims)
+    if x.dtype.kind != "f":
+        return result
+    any_positive_zero = np.any((x == 0) & ~np.signbit(x), axis=axis, keepdims=keepdims)
+    return np.where(result == 0, np.where(any_positive_zero, 0.0, -0.0).astype(x.dtype), result)
+
+
+def reduce_minimum(x: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
+    """`minimum` folded over `axis` (a zero result is -0.0 when any -0.0 is
+    among the reduced elements)."""
+    result = np.min(x, axis=axis, keepdims=keepdims)
+    if x.dtype.kind != "f":
+        return result
+    any_negative_zero = np.any((x == 0) & np.signbit(x), axis=axis, keepdims=keepdims)
+    return np.where(result == 0, np.where(any_negative_zero, -0.0, 0.0).astype(x.dtype), result)

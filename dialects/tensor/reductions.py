@@ -22,7 +22,7 @@ from .base import (
     normalize_axis,
     shape_str,
 )
-from .numerics import compute_view, to_storage
+from .numerics import compute_view, reduce_maximum, reduce_minimum, to_storage
 
 
 def reduced_axes(axes, rank: int) -> list[int]:
@@ -78,12 +78,12 @@ def _reduce(op_name: str, element_class: str, function, has_identity: bool = Tru
 
 
 ReduceSumOp = _reduce("tensor.reduce_sum", NUMERIC, np.sum)
-ReduceMaxOp = _reduce("tensor.reduce_max", ANY_ELEMENT, np.max, has_identity=False)
-ReduceMinOp = _reduce("tensor.reduce_min", ANY_ELEMENT, np.min, has_identity=False)
+ReduceMaxOp = _reduce("tensor.reduce_max", ANY_ELEMENT, reduce_maximum, has_identity=False)
+ReduceMinOp = _reduce("tensor.reduce_min", ANY_ELEMENT, reduce_minimum, has_identity=False)
 ReduceMeanOp = _reduce("tensor.reduce_mean", FLOAT_ONLY, np.mean)
 ReduceSumOp.__doc__ = "np.sum(x, axis=axes, keepdims=keepdims); without `axes`, every axis."
-ReduceMaxOp.__doc__ = "np.max(x, axis=axes, keepdims=keepdims) (NaN propagates; an empty axis is an error)."
-ReduceMinOp.__doc__ = "np.min(x, axis=axes, keepdims=keepdims) (NaN propagates; an empty axis is an error)."
+ReduceMaxOp.__doc__ = "maximum over `axes` (docs/semantics.md: NaN propagates, +0.0 > -0.0; an empty axis is an error)."
+ReduceMinOp.__doc__ = "minimum over `axes` (docs/semantics.md: NaN propagates, -0.0 < +0.0; an empty axis is an error)."
 ReduceMeanOp.__doc__ = "np.mean(x, axis=axes, keepdims=keepdims)."
 
 

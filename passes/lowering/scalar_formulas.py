@@ -52,16 +52,31 @@ class Scalars:
         return self.op(arith.MinOp, a, b)
 
     def maximum(self, a, b):
-        """numpy's maximum: a NaN on either side is the result (`arith.max`
-        is C's fmaxf, which drops it); ties keep `a`, as numpy does."""
-        return self._nan_propagating("ge", a, b) if a.type.is_float else self.max(a, b)
+        """IEEE 754-2019 `maximum` (docs/semantics.md): a NaN on either side
+        is the result, +0.0 > -0.0. `arith.max` is C's fmaxf, which drops a
+        NaN and may return either zero, so floats are compares and selects
+        that every backend renders exactly (they vectorise)."""
+        if not a.type.is_float:
+            return self.max(a, b)
+        return self._ordered("gt", a, b, self.add(a, b))
 
     def minimum(self, a, b):
-        return self._nan_propagating("le", a, b) if a.type.is_float else self.min(a, b)
+        """IEEE 754-2019 `minimum`: a NaN on either side is the result,
+        -0.0 < +0.0."""
+        if not a.type.is_float:
+            return self.min(a, b)
+        negated_sum = self.op(arith.NegOp, self.add(self.op(arith.NegOp, a), self.op(arith.NegOp, b)))
+        return self._ordered("lt", a, b, negated_sum)
 
-    def _nan_propagating(self, predicate: str, a, b):
-        keep_a = self.op(arith.OrOp, self.op(arith.CmpOp, a, b, predicate=predicate), self.op(arith.CmpOp, a, a, predicate="ne"))
-        return self.op(arith.SelectOp, keep_a, a, b)
+    def _ordered(self, wins: str, a, b, tie):
+        """`a` where it wins or equals a non-zero `b`, `b` where `b` wins,
+        else `tie`: a NaN (a sum with a NaN is NaN) or two zeros, whose sum
+        is -0.0 only when both are (-(-a + -b) is +0.0 only when both are +0.0)."""
+        a_wins = self.op(arith.CmpOp, a, b, predicate=wins)
+        b_wins = self.op(arith.CmpOp, b, a, predicate=wins)
+        equal_nonzero = self.op(arith.AndOp, self.op(arith.CmpOp, a, b, predicate="eq"), self.op(arith.CmpOp, a, self.const(0, a.type), predicate="ne"))
+        keep_a = self.op(arith.OrOp, a_wins, equal_nonzero)
+        return self.op(arith.SelectOp, keep_a, a, self.op(arith.SelectOp, b_wins, b, tie))
 
     def exp(self, x):
         return self.op(m.ExpOp, x)
@@ -123,9 +138,10 @@ def _cast(s: Scalars, x: Value, op: Operation) -> Value:
 
 
 def _relu(s: Scalars, x: Value, op: Operation) -> Value:
-    """numpy's maximum(x, 0): x unless x < 0 (NaN and -0.0 stay x)."""
+    """maximum(x, 0) (docs/semantics.md): 0 where x <= 0 (-0.0 gives +0.0),
+    else x (NaN compares false and stays)."""
     zero = s.const(0, x.type)
-    return s.op(arith.SelectOp, s.op(arith.CmpOp, x, zero, predicate="lt"), zero, x)
+    return s.op(arith.SelectOp, s.op(arith.CmpOp, x, zero, predicate="le"), zero, x)
 
 
 # tensor op name -> builds the scalar result from scalar operands. The one

@@ -109,10 +109,34 @@ def _binary(kind: str, a, b, dtype: str):
             a, b = np.broadcast_arrays(a.astype(object), b.astype(object))
             return _wrap_object(a * b)
         return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[kind](a, b)
+    if kind in ("max", "min"):
+        return ieee_extremum(kind, a, b)
     if kind == "pow":
         a, b = np.broadcast_arrays(a, b)
         return np.vectorize(c99_pow, otypes=[np.float64])(a, b) if a.size else np.zeros(a.shape)
-    return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum, "min": np.minimum}[kind](a, b)
+    return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[kind](a, b)
+
+
+def ieee_extremum(kind: str, a, b) -> np.ndarray:
+    """IEEE 754-2019 maximum/minimum (docs/semantics.md): NaN on either side
+    gives NaN; -0.0 < +0.0; otherwise the larger/smaller."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    a_first = (a > b) if kind == "max" else (a < b)
+    b_first = (b > a) if kind == "max" else (b < a)
+    negative_zero = (np.signbit(a) & np.signbit(b)) if kind == "max" else (np.signbit(a) | np.signbit(b))
+    tie = np.where((a == 0) & (b == 0), np.where(negative_zero, -0.0, 0.0), a)
+    chosen = np.where(a_first, a, np.where(b_first, b, tie))
+    return np.where(np.isnan(a) | np.isnan(b), np.nan, chosen)
+
+
+def _fold_extremum(kind: str, x: np.ndarray, axes, keep: bool) -> np.ndarray:
+    """ieee_extremum folded element by element along `axes`."""
+    rows = np.moveaxis(x, axes, list(range(x.ndim - len(axes), x.ndim)))
+    rows = rows.reshape(rows.shape[: x.ndim - len(axes)] + (-1,))
+    out = rows[..., 0]
+    for i in range(1, rows.shape[-1]):
+        out = ieee_extremum(kind, out, rows[..., i])
+    return out.reshape(_kept(x.shape, axes, keep))
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -131,7 +155,7 @@ UNARY_FLOAT = {
     "tanh": np.tanh,
     "erf": _erf,
     "reciprocal": lambda x: 1.0 / x,
-    "relu": lambda x: np.where(x < 0, np.zeros_like(x), x),
+    "relu": lambda x: ieee_extremum("max", x, np.zeros_like(x)),  # relu(-0.0) = +0.0, relu(NaN) = NaN
     "sigmoid": _sigmoid,
     "silu": lambda x: x * _sigmoid(x),
 }
@@ -176,6 +200,8 @@ def _reduce(kind: str, x, axes, keep: bool, dtype: str):
         return np.sum(x, axis=axes, keepdims=keep) / count if count else np.full(_kept(x.shape, axes, keep), np.nan)
     if x.size == 0:
         return np.zeros(_kept(x.shape, axes, keep), dtype=x.dtype)
+    if dtype in FLOATS:
+        return _fold_extremum("max" if kind == "reduce_max" else "min", x, axes, keep)
     return (np.max if kind == "reduce_max" else np.min)(x, axis=axes, keepdims=keep)
 
 
