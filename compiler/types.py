@@ -232,6 +232,21 @@ class MemRefType(ShapedType):
         self.element_type = element_type
         self.memory_space = memory_space
 
+    @property
+    def dynamic_axes(self) -> tuple[int, ...]:
+        """The axes whose size is `?`: known per call, carried by the buffer
+        value at run time (docs/dynamic-shapes.md, below the tensor level)."""
+        return tuple(axis for axis, d in enumerate(self.shape) if type(d) is not int)
+
+    @property
+    def has_dynamic_shape(self) -> bool:
+        return any(type(d) is not int for d in self.shape)
+
+    def with_sizes(self, sizes) -> "MemRefType":
+        """This type with each `?` replaced by the next of `sizes`."""
+        sizes = iter(sizes)
+        return MemRefType([d if type(d) is int else int(next(sizes)) for d in self.shape], self.element_type, self.memory_space)
+
     def _format(self) -> str:
         space = "" if self.memory_space == "global" else f", {self.memory_space}"
         return f"memref<{self._shape_prefix()}{self.element_type}{space}>"

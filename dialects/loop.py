@@ -58,6 +58,7 @@ from __future__ import annotations
 from fusecc.compiler import attributes as A
 from fusecc.compiler.ir import (
     ANY,
+    AttrKind,
     DENSE,
     INT,
     INT_ARRAY,
@@ -75,6 +76,7 @@ from fusecc.compiler.ir import (
     lookup_symbol,
     register_op,
 )
+from fusecc.compiler.shape_expr import ShapeExprError, parse_shape_expr
 from fusecc.compiler.traits import IsolatedFromAbove, Pure, Symbol, Terminator
 from fusecc.compiler.types import MemRefType, ScalarType, i1, index
 
@@ -82,6 +84,25 @@ GPU_BLOCK = ("block.x", "block.y", "block.z")
 GPU_THREAD = ("thread.x", "thread.y", "thread.z")
 CPU_MAPPINGS = ("worker", "vector")
 MAPPINGS = GPU_BLOCK + GPU_THREAD + CPU_MAPPINGS + ("sequential",)
+
+
+# `upper` entry of a `loop.parallel` dimension whose extent is an operand.
+DYNAMIC_EXTENT = -1
+
+# A byte count or offset: an integer, or (dynamic shapes) an expression over
+# the schedule's named dims, compiler/shape_expr.py.
+INT_OR_EXPR = AttrKind("integer or shape expression", lambda a: isinstance(a, (A.IntegerAttr, A.StringAttr)))
+
+
+def expect_expr(text, what: str):
+    try:
+        return parse_shape_expr(text)
+    except ShapeExprError as exc:
+        raise VerifyError(f"{what}: {exc}") from None
+
+
+class ShapeMismatch(ValueError):
+    """A call's input shapes disagree with the schedule's types or dims."""
 
 
 def expect_memref(t, what: str) -> MemRefType:
@@ -156,6 +177,8 @@ class KernelOp(Operation):
         if gpu and cpu:
             raise VerifyError("mixes GPU mappings (block/thread) with CPU mappings (worker/vector)")
         if gpu:
+            if any(loop.dynamic_upper for loop in loops) or any(isinstance(a.type, MemRefType) and a.type.has_dynamic_shape for a in self.body.args):
+                raise VerifyError("dynamic shapes in GPU kernels are not supported yet (docs/dynamic-shapes.md)")
             self._verify_gpu_structure(loops)
 
     def _verify_gpu_structure(self, loops) -> None:
@@ -189,17 +212,27 @@ class ReturnOp(Operation):
 @register_op
 class ParallelOp(Operation):
     name = "loop.parallel"
+    operand_defs = (OperandDef("dynamic_upper", variadic=True),)
     attr_defs = (
-        AttrDef("upper", INT_ARRAY, REQUIRED, doc="extent of each dimension (lower bound 0, step 1)"),
+        AttrDef("upper", INT_ARRAY, REQUIRED, doc="extent of each dimension (lower bound 0, step 1); -1: the next operand"),
         AttrDef("mapping", STRING_ARRAY, REQUIRED, doc="hardware dimension of each loop dimension"),
     )
     region_count = 1
 
     @classmethod
     def build(cls, upper, mapping, location=None) -> "ParallelOp":
+        """`upper`: ints, or index Values for extents known at run time."""
         block = Block([index] * len(upper))
         kwargs = {} if location is None else {"location": location}
-        return cls([], [], {"upper": A.from_python(list(upper)), "mapping": A.from_python(list(mapping))}, [Region([block])], **kwargs)
+        static = [u if isinstance(u, int) else DYNAMIC_EXTENT for u in upper]
+        dynamic = [u for u in upper if not isinstance(u, int)]
+        return cls(dynamic, [], {"upper": A.from_python(static), "mapping": A.from_python(list(mapping))}, [Region([block])], **kwargs)
+
+    @property
+    def extents(self) -> list:
+        """Each dimension's extent: an int, or the index Value giving it."""
+        dynamic = iter(self.operands)
+        return [next(dynamic) if u == DYNAMIC_EXTENT else u for u in self.upper]
 
     @property
     def induction_vars(self):
@@ -222,8 +255,11 @@ class ParallelOp(Operation):
                 raise VerifyError(f"unknown mapping '{m}'; expected one of {', '.join(MAPPINGS)}")
         if len(set(m for m in mapping if m != "sequential")) != len([m for m in mapping if m != "sequential"]):
             raise VerifyError(f"mapping {mapping} uses a hardware dimension twice")
-        if any(u < 0 for u in upper):
+        if any(u < 0 and u != DYNAMIC_EXTENT for u in upper):
             raise VerifyError("extents must not be negative")
+        if upper.count(DYNAMIC_EXTENT) != len(self.operands):
+            raise VerifyError(f"has {upper.count(DYNAMIC_EXTENT)} dynamic extents (-1) but {len(self.operands)} extent operands")
+        expect_index(self.operands, "extent")
         args = self.body.args
         if len(args) != len(upper) or any(a.type is not index for a in args):
             raise VerifyError(f"body must take {len(upper)} index arguments")
@@ -391,6 +427,29 @@ class ConstantOp(Operation):
         return [MemRefType(value.type.shape, value.type.element_type)]
 
 
+@register_op
+class DimOp(Operation):
+    """`%n = loop.dim %buf {axis = 0} : (memref<?x384xf32>) -> index`: the size
+    of one axis of a buffer; a `?` axis's size is carried by the buffer value
+    (set where the buffer is made: a schedule argument, a view)."""
+
+    name = "loop.dim"
+    traits = frozenset({Pure})
+    operand_defs = (OperandDef("source"),)
+    result_defs = (ResultDef("result"),)
+    attr_defs = (AttrDef("axis", INT, REQUIRED),)
+    has_type_inference = True
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attributes):
+        return [index]
+
+    def verify_(self) -> None:
+        t = expect_memref(self.source.type, "source")
+        if not 0 <= self.axis < t.rank:
+            raise VerifyError(f"axis {self.axis} is out of range for {t}")
+
+
 class _Access(Operation):
     """Shared by load and store: buffer, one index per dimension, optional guard."""
 
@@ -469,9 +528,10 @@ class ScheduleOp(Operation):
     custom_symbol = "sym_name"
     attr_defs = (
         AttrDef("sym_name", STRING, REQUIRED),
-        AttrDef("arena_size", INT, 0, doc="bytes of the one arena holding every intermediate"),
+        AttrDef("arena_size", INT_OR_EXPR, 0, doc="bytes of the one arena holding every intermediate (an expression of the dims when dynamic)"),
         AttrDef("inputs", STRING_ARRAY, REQUIRED, doc="names of the leading arguments"),
         AttrDef("outputs", STRING_ARRAY, REQUIRED, doc="names of the trailing arguments"),
+        AttrDef("arg_sizes", ANY, None, doc="per argument, the size of each '?' axis: a dim name (inputs) or an expression of the dims"),
     )
     region_count = 1
 
@@ -504,6 +564,70 @@ class ScheduleOp(Operation):
     def launches(self) -> list["LaunchOp"]:
         return [op for op in self.body if isinstance(op, LaunchOp)]
 
+    @property
+    def is_dynamic(self) -> bool:
+        return any(arg.type.has_dynamic_shape for arg in self.body.args if isinstance(arg.type, MemRefType))
+
+    def argument_sizes(self) -> list[list[str]]:
+        """Per argument, the expressions of its '?' axes ([] when static)."""
+        found = self.attributes.get("arg_sizes")
+        if found is None:
+            return [[] for _ in self.body.args]
+        if not isinstance(found, A.ArrayAttr):
+            return [None for _ in self.body.args]
+        return [[str(e.value) for e in entry.elements] if isinstance(entry, A.ArrayAttr) else None for entry in found.elements]
+
+    def dim_sources(self) -> dict[str, tuple[int, int]]:
+        """Each named dim -> (input, axis) that defines it: the first input
+        axis spelled with the bare name. Others naming it are checked."""
+        sources: dict[str, tuple[int, int]] = {}
+        for i, (arg, sizes) in enumerate(zip(self.input_args, self.argument_sizes())):
+            for axis, size in zip(arg.type.dynamic_axes, sizes):
+                if size.isidentifier():
+                    sources.setdefault(size, (i, axis))
+        return sources
+
+    def bind_dims(self, input_shapes) -> dict[str, int]:
+        """The named dims of one call, from its inputs' shapes; raises
+        ShapeMismatch when the shapes disagree with the types or each other."""
+        sizes = self.argument_sizes()
+        sources = self.dim_sources()
+        names = self.inputs
+        dims: dict[str, int] = {}
+        for name, (i, axis) in sources.items():
+            if len(input_shapes[i]) == self.input_args[i].type.rank:
+                dims[name] = int(input_shapes[i][axis])
+        for i, (arg, shape) in enumerate(zip(self.input_args, input_shapes)):
+            t = arg.type
+            shape = tuple(shape)
+            if len(shape) != t.rank:
+                raise ShapeMismatch(f"input {names[i]} has shape {list(shape)}, expected rank {t.rank} ({t})")
+            expected = dict(zip(t.dynamic_axes, sizes[i]))
+            for axis, (got, want) in enumerate(zip(shape, t.shape)):
+                if type(want) is not int:
+                    value = parse_shape_expr(expected[axis]).evaluate(dims)
+                    if got != value:
+                        origin = sources.get(expected[axis])
+                        where = f" (from input {names[origin[0]]} axis {origin[1]})" if origin else ""
+                        raise ShapeMismatch(f"input {names[i]} axis {axis} has size {got}, but {expected[axis]} = {value}{where}")
+                elif got != want:
+                    raise ShapeMismatch(f"input {names[i]} has shape {list(shape)}, expected {list(t.shape)}")
+        return dims
+
+    def _verify_sizes(self) -> None:
+        sizes = self.argument_sizes()
+        if len(sizes) != len(self.body.args):
+            raise VerifyError(f"'arg_sizes' has {len(sizes)} entries for {len(self.body.args)} arguments")
+        for i, (arg, entry) in enumerate(zip(self.body.args, sizes)):
+            if entry is None or len(entry) != len(arg.type.dynamic_axes):
+                raise VerifyError(f"'arg_sizes' entry {i} must list one size per '?' of {arg.type}")
+        defined = self.dim_sources()
+        for entry in sizes:
+            for size in entry:
+                missing = [n for n in expect_expr(size, "arg_sizes").names if n not in defined]
+                if missing:
+                    raise VerifyError(f"dim {missing[0]} is not the size of any input axis")
+
     def verify_(self) -> None:
         if len(self.body.args) != len(self.inputs) + len(self.outputs):
             raise VerifyError(f"takes {len(self.body.args)} arguments but names {len(self.inputs)} inputs and {len(self.outputs)} outputs")
@@ -511,6 +635,10 @@ class ScheduleOp(Operation):
             t = expect_memref(arg.type, "argument")
             if t.memory_space != "global":
                 raise VerifyError("arguments live in global memory")
+        if self.is_dynamic or "arg_sizes" in self.attributes:
+            self._verify_sizes()
+        if not isinstance(self.arena_size, int):
+            expect_expr(self.arena_size, "arena_size")
         if not isinstance(self.body.last_op, ReturnOp):
             raise VerifyError("body must end with 'loop.return'")
 
@@ -522,7 +650,10 @@ class ArenaViewOp(Operation):
     name = "loop.arena_view"
     traits = frozenset({Pure})
     result_defs = (ResultDef("result"),)
-    attr_defs = (AttrDef("offset", INT, REQUIRED),)
+    attr_defs = (
+        AttrDef("offset", INT_OR_EXPR, REQUIRED),
+        AttrDef("sizes", STRING_ARRAY, (), doc="the size of each '?' axis of the result, an expression of the schedule's dims"),
+    )
 
     @property
     def byte_range(self) -> tuple[int, int]:
@@ -533,6 +664,10 @@ class ArenaViewOp(Operation):
         schedule = self.parent_op
         if not isinstance(schedule, ScheduleOp):
             raise VerifyError("must be directly inside a 'loop.schedule'")
+        _verify_view_sizes(self, t)
+        if t.has_dynamic_shape or not isinstance(self.offset, int) or not isinstance(schedule.arena_size, int):
+            expect_expr(self.offset, "offset")  # placed by a symbolic plan: memory_check proves it at sizes
+            return
         if self.offset < 0 or self.offset % t.element_type.byte_size:
             raise VerifyError(f"offset {self.offset} is not aligned to {t.element_type.byte_size} bytes")
         if self.offset + t.byte_size > schedule.arena_size:
@@ -547,15 +682,43 @@ class ViewOp(Operation):
     traits = frozenset({Pure})
     operand_defs = (OperandDef("source"),)
     result_defs = (ResultDef("result"),)
-    attr_defs = (AttrDef("offset", INT, 0, doc="byte offset into the source"),)
+    attr_defs = (
+        AttrDef("offset", INT_OR_EXPR, 0, doc="byte offset into the source"),
+        AttrDef("sizes", STRING_ARRAY, (), doc="the size of each '?' axis of the result, an expression of the schedule's dims"),
+    )
 
     def verify_(self) -> None:
         source = expect_memref(self.source.type, "source")
         t = expect_memref(self.result.type, "result")
         if t.memory_space != source.memory_space:
             raise VerifyError("a view stays in its source's memory space")
+        _verify_view_sizes(self, t)
+        if t.has_dynamic_shape or source.has_dynamic_shape or not isinstance(self.offset, int):
+            if not isinstance(self.parent_op, ScheduleOp):
+                raise VerifyError("views of dynamic shape are made in a 'loop.schedule' (their sizes are expressions of its dims)")
+            expect_expr(self.offset, "offset")
+            return
         if self.offset < 0 or self.offset + t.byte_size > source.byte_size:
             raise VerifyError(f"view of {t.byte_size} bytes at offset {self.offset} exceeds the {source.byte_size}-byte source")
+
+
+def evaluate_size(value, dims) -> int:
+    """An int attribute as is; an expression of the dims, evaluated."""
+    return value if isinstance(value, int) else parse_shape_expr(value).evaluate(dims)
+
+
+def concrete_type(op: Operation, dims) -> MemRefType:
+    """The type of a view's (or arena view's) result at one call's dims."""
+    t = op.result.type
+    return t.with_sizes([evaluate_size(e, dims) for e in op.sizes]) if t.has_dynamic_shape else t
+
+
+def _verify_view_sizes(op: Operation, t: MemRefType) -> None:
+    sizes = op.sizes
+    if len(sizes) != len(t.dynamic_axes):
+        raise VerifyError(f"'sizes' must give one expression per '?' of {t}, but has {len(sizes)}")
+    for size in sizes:
+        expect_expr(size, "sizes")
 
 
 @register_op
@@ -595,5 +758,7 @@ class CopyOp(Operation):
     def verify_(self) -> None:
         a = expect_memref(self.source.type, "source")
         b = expect_memref(self.target.type, "target")
+        if a.has_dynamic_shape or b.has_dynamic_shape:
+            return  # sizes known per call: the runtimes check them
         if a.byte_size != b.byte_size:
             raise VerifyError(f"copies {a.byte_size} bytes into a {b.byte_size}-byte buffer")

@@ -22,6 +22,7 @@ import numpy as np
 
 from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, i1
+from fusecc.dialects.loop import ShapeMismatch, concrete_type, evaluate_size
 
 from fusecc.dialects.tensor.numerics import power
 from fusecc.runtime.reference import InterpreterError, erf as erf_array, round_bf16, to_storage
@@ -211,23 +212,32 @@ class LoopInterpreter:
         inputs = list(inputs)
         if len(inputs) != len(schedule.inputs):
             raise InterpreterError(f"@{name} takes {len(schedule.inputs)} inputs, got {len(inputs)}")
-        arena = np.zeros(schedule.arena_size, dtype=np.uint8)
+        dims = {}
+        if schedule.is_dynamic:
+            try:
+                dims = schedule.bind_dims([np.shape(a) for a in inputs])
+            except ShapeMismatch as exc:
+                raise InterpreterError(f"@{name}: {exc}") from None
+        arena = np.zeros(evaluate_size(schedule.arena_size, dims), dtype=np.uint8)
         env: dict[Value, Any] = {}
         for arg, array in zip(schedule.input_args, inputs):
-            if tuple(np.shape(array)) != arg.type.shape:
+            if not schedule.is_dynamic and tuple(np.shape(array)) != arg.type.shape:
                 raise InterpreterError(f"input {arg.name_hint} has shape {list(np.shape(array))}, expected {list(arg.type.shape)}")
-            env[arg] = to_buffer(array, arg.type)
-        for arg in schedule.output_args:
-            env[arg] = np.zeros(arg.type.shape, dtype=storage_dtype(arg.type))
+            env[arg] = to_buffer(array, arg.type.with_sizes(np.shape(array)[axis] for axis in arg.type.dynamic_axes))
+        for arg, sizes in zip(schedule.output_args, schedule.argument_sizes()[len(inputs):]):
+            t = arg.type.with_sizes(evaluate_size(e, dims) for e in sizes)
+            env[arg] = np.zeros(t.shape, dtype=storage_dtype(t))
         for op in schedule.body:
             if op.name == "loop.arena_view":
-                env[op.result] = view_bytes(arena, op.offset, op.result.type)
+                env[op.result] = view_bytes(arena, evaluate_size(op.offset, dims), concrete_type(op, dims))
             elif op.name == "loop.view":
-                env[op.result] = view_bytes(as_bytes(env[op.source]), op.offset, op.result.type)
+                env[op.result] = view_bytes(as_bytes(env[op.source]), evaluate_size(op.offset, dims), concrete_type(op, dims))
             elif op.name == "loop.launch":
                 kernel = op.resolve()
                 self.run_kernel(kernel, [env[v] for v in op.operands])
             elif op.name == "loop.copy":
+                if env[op.target].nbytes != env[op.source].nbytes:
+                    raise InterpreterError(f"loop.copy at {op.location} copies {env[op.source].nbytes} bytes into a {env[op.target].nbytes}-byte buffer")
                 as_bytes(env[op.target])[:] = as_bytes(env[op.source])
             elif op.name == "loop.return":
                 break
@@ -287,7 +297,7 @@ class LoopInterpreter:
         return values
 
     def run_parallel(self, op: Operation, env: dict) -> Iterator:
-        points = np.ndindex(*op.upper)
+        points = np.ndindex(*(u if isinstance(u, int) else env[u] for u in op.extents))
         args = op.body.args
         if not op.maps_threads:
             for point in points:
@@ -356,7 +366,7 @@ class LoopInterpreter:
                 env[op.result] = scalar(0 if padding is None else padding.value, t.element_type)
                 return
             indices = tuple(env[v] for v in op.indices)
-            _check_bounds(op, indices, t.shape)
+            _check_bounds(op, indices, env[op.buffer].shape)
             env[op.result] = _read(env[op.buffer], indices, t)
         elif name == "loop.store":
             t = op.buffer.type
@@ -364,7 +374,7 @@ class LoopInterpreter:
             if guard is not None and not env[guard]:
                 return
             indices = tuple(env[v] for v in op.indices)
-            _check_bounds(op, indices, t.shape)
+            _check_bounds(op, indices, env[op.buffer].shape)
             _write(env[op.buffer], indices, env[op.value], t)
         elif name == "arith.constant":
             env[op.result] = scalar(op.attr("value").value, op.result.type)
@@ -377,6 +387,8 @@ class LoopInterpreter:
         elif name == "loop.alloc":
             t = op.result.type
             env[op.result] = np.zeros(t.shape, dtype=storage_dtype(t))
+        elif name == "loop.dim":
+            env[op.result] = int(env[op.source].shape[op.axis])
         elif name == "loop.constant":
             t = op.result.type
             env[op.result] = to_buffer(op.attr("value").array, t)

@@ -29,6 +29,7 @@ from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffe
 from fusecc.runtime.reference import InterpreterError
 
 from fusecc.runtime.cpu import jit
+from fusecc.runtime.cpu.dynamic import DynamicSchedulePlan, kernel_arguments, worker_extent
 from fusecc.runtime.cpu.load_time import load_time_launches
 
 # Below this many scalar operations (the loop IR's, per element) a launch
@@ -135,7 +136,9 @@ class CompiledProgram:
         self.pool = pool or default_pool()
         self.kernels: dict[str, Kernel] = {}
         for name, abi in self.llvm.kernels.items():
-            params = [ctypes.c_void_p if isinstance(t, MemRefType) else _CTYPES.get(t.name, ctypes.c_float) for t in abi.params]
+            params = []
+            for t in abi.params:  # a memref's `?` sizes follow its pointer (passes/backends/llvm/kernel.py)
+                params += [ctypes.c_void_p] + [ctypes.c_int64] * len(t.dynamic_axes) if isinstance(t, MemRefType) else [_CTYPES.get(t.name, ctypes.c_float)]
             if any(isinstance(t, ScalarType) and t.name not in _CTYPES for t in abi.params):
                 raise InterpreterError(f"kernel @{name} takes an f16/bf16 scalar argument, which the CPU runtime cannot pass")
             prototype = ctypes.CFUNCTYPE(None, *params, ctypes.c_int64, ctypes.c_int64)
@@ -149,6 +152,10 @@ class CompiledProgram:
         layout (bf16 as uint16) with the alignment the kernel was compiled for."""
         kernel = self.kernels[name]
         values = [kernel.argument(t, self._address(name, t, align, a)) for t, align, a in zip(kernel.abi.params, kernel.abi.alignments, args)]
+        if any(isinstance(t, MemRefType) and t.has_dynamic_shape for t in kernel.abi.params):
+            concrete = [t.with_sizes(np.shape(a)[axis] for axis in t.dynamic_axes) if isinstance(t, MemRefType) else t for t, a in zip(kernel.abi.params, args)]
+            values = kernel_arguments(kernel.abi.params, list(zip(values, concrete)))
+            end = worker_extent(kernel.abi, concrete) if end is None else end
         end = kernel.abi.worker_extent if end is None else end
         pieces = [(begin + b, begin + e) for b, e in self.pool.pieces(end - begin, kernel.abi.work_per_iteration)]
         self.pool.run_pieces(kernel.function, values, pieces)
@@ -157,7 +164,11 @@ class CompiledProgram:
     def _address(name: str, t, align: int, a):
         if not isinstance(t, MemRefType):
             return a
-        if not isinstance(a, np.ndarray) or a.nbytes != t.byte_size or not a.flags.c_contiguous:
+        if t.has_dynamic_shape:
+            static = all(d == got for d, got in zip(t.shape, np.shape(a)) if type(d) is int)
+            if not isinstance(a, np.ndarray) or a.ndim != t.rank or not static or a.itemsize != storage_dtype(t).itemsize or not a.flags.c_contiguous:
+                raise InterpreterError(f"an argument of @{name} must be a contiguous numpy array of shape {t} (storage layout)")
+        elif not isinstance(a, np.ndarray) or a.nbytes != t.byte_size or not a.flags.c_contiguous:
             raise InterpreterError(f"an argument of @{name} must be a contiguous numpy array of {t.byte_size} bytes ({t})")
         if a.ctypes.data % align:
             raise InterpreterError(f"an argument of @{name} must be {align}-byte aligned (see executor.aligned_empty)")
@@ -167,7 +178,7 @@ class CompiledProgram:
     def schedule_names(self) -> list[str]:
         return [op.sym_name for op in self.module.body if isinstance(op, loop.ScheduleOp)]
 
-    def prepare(self, entry: str | None = None) -> "SchedulePlan":
+    def prepare(self, entry: str | None = None) -> "SchedulePlan | DynamicSchedulePlan":
         """The resolved schedule (default @main, else the first), made on
         first use: buffers placed, constants copied, constant launches run."""
         names = self.schedule_names()
@@ -180,7 +191,8 @@ class CompiledProgram:
             schedule = self.module.lookup(entry)
             if schedule is None or not isinstance(schedule, loop.ScheduleOp):
                 raise InterpreterError(f"no loop.schedule @{entry} in the module")
-            plan = self._plans[entry] = SchedulePlan(self, schedule)
+            dynamic = schedule.is_dynamic or not isinstance(schedule.arena_size, int)
+            plan = self._plans[entry] = DynamicSchedulePlan(self, schedule) if dynamic else SchedulePlan(self, schedule)
         return plan
 
     def run(self, inputs: Sequence[np.ndarray], entry: str | None = None, profile: list | None = None) -> list[np.ndarray]:

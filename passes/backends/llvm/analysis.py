@@ -34,12 +34,22 @@ def argument_facts(module: Operation) -> dict[str, list[ArgFacts]]:
             continue
         where: dict[Value, tuple] = {}  # value -> (root, byte offset, byte end, alignment)
         n_inputs = len(schedule.inputs)
+        # Sizes known per call: each arena slot (offset expression) is its own
+        # root, which the symbolic plan keeps apart from every other buffer
+        # live at the same launch; a view may overlap anything of its root.
+        symbolic = schedule.is_dynamic or not isinstance(schedule.arena_size, int)
         for i, arg in enumerate(schedule.body.args):
             align = arg.type.element_type.byte_size if i < n_inputs else 64
-            where[arg] = (("arg", i), 0, arg.type.byte_size, align)
+            where[arg] = (("arg", i), 0, 1 if symbolic else arg.type.byte_size, align)
         for op in schedule.body:
             if isinstance(op, loop.ConstantOp):  # the runtime gives each its own 64-byte aligned buffer
                 where[op.result] = (("const", id(op)), 0, op.result.type.byte_size, 64)
+            elif symbolic and isinstance(op, (loop.ArenaViewOp, loop.ViewOp)):
+                if isinstance(op, loop.ArenaViewOp):
+                    where[op.result] = (("arena", str(op.offset)), 0, 1, 64 if not isinstance(op.offset, int) else min(64, low_bit(op.offset)))
+                elif op.source in where:
+                    root, _, _, align = where[op.source]
+                    where[op.result] = (root, 0, 1, min(align, low_bit(op.offset)) if isinstance(op.offset, int) else 1)
             elif isinstance(op, loop.ArenaViewOp):
                 where[op.result] = ("arena", op.offset, op.offset + op.result.type.byte_size, min(64, low_bit(op.offset)))
             elif isinstance(op, loop.ViewOp) and op.source in where:
@@ -87,16 +97,19 @@ def has_side_effects(op: Operation) -> bool:
     return any(isinstance(o, (loop.StoreOp, loop.BarrierOp)) for o in op.walk())
 
 
+UNKNOWN_TRIPS = 16  # what the work estimate assumes of a loop whose extent is known only at run time
+
+
 def estimate_work(block: Block) -> int:
     """Scalar operations executed by one run of `block`, loops multiplied out
     (loops with unknown trip counts count 16 iterations)."""
     total = 0
     for op in block:
         if isinstance(op, loop.ParallelOp):
-            total += math.prod(op.upper) * estimate_work(op.body)
+            total += math.prod(u if isinstance(u, int) else UNKNOWN_TRIPS for u in op.extents) * estimate_work(op.body)
         elif isinstance(op, loop.ForOp):
             bounds = [constant_of(v) for v in op.operands[:3]]
-            trips = 16 if None in bounds or bounds[2] <= 0 else max(0, -(-(bounds[1] - bounds[0]) // bounds[2]))
+            trips = UNKNOWN_TRIPS if None in bounds or bounds[2] <= 0 else max(0, -(-(bounds[1] - bounds[0]) // bounds[2]))
             total += trips * estimate_work(op.body)
         elif isinstance(op, loop.IfOp):
             total += max(estimate_work(op.then_block), estimate_work(op.else_block))

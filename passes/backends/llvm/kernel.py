@@ -26,10 +26,12 @@ from dataclasses import dataclass
 
 from fusecc.compiler.diagnostics import error
 from fusecc.compiler.ir import Block, Operation, Value
+from fusecc.compiler.shape_expr import parse_shape_expr
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.backends.llvm.analysis import (
+    UNKNOWN_TRIPS,
     ArgFacts,
     NotWidenable,
     body_element_bytes,
@@ -41,7 +43,7 @@ from fusecc.passes.backends.llvm.analysis import (
 from fusecc.passes.backends.llvm.index_math import IndexMath
 from fusecc.passes.backends.llvm.memory import MemoryAccess
 from fusecc.passes.backends.llvm.op_table import TABLE
-from fusecc.passes.backends.llvm.text import LINEAR, REGISTER, UNIFORM, VECTOR, Buffer, FunctionBuilder, ModuleBuilder, Val, is_literal, vty
+from fusecc.passes.backends.llvm.text import LINEAR, REGISTER, UNIFORM, VECTOR, Buffer, FunctionBuilder, ModuleBuilder, Val, const_val, is_literal, vty
 from fusecc.passes.backends.table import handler_for
 
 
@@ -52,7 +54,8 @@ class KernelABI:
     name: str  # the loop.kernel's symbol
     params: tuple  # the kernel's argument types (memrefs are pointers)
     alignments: tuple  # byte alignment each pointer argument must have (1 for scalars)
-    worker_extent: int  # the function runs worker iterations [begin, end) of [0, worker_extent)
+    worker_extent: object  # the function runs worker iterations [begin, end) of [0, worker_extent):
+    # an int, or (dynamic shapes) a ShapeExpr over `a{i}_{axis}`, argument i's size along axis
     work_per_iteration: int  # estimated scalar operations per worker iteration
 
 
@@ -86,6 +89,13 @@ class KernelEmitter(MemoryAccess, IndexMath):
                 facts = self.facts[i] if self.facts else ArgFacts(True, arg.type.element_type.byte_size)
                 align = max(facts.align, arg.type.element_type.byte_size)
                 attrs = ("noalias " if facts.noalias else "") + f"align {align}"
+                if arg.type.has_dynamic_shape:  # the sizes of its `?` axes follow the pointer
+                    params.append(f"ptr {attrs} %a{i}")
+                    params += [f"i64 %a{i}.d{axis}" for axis in arg.type.dynamic_axes]
+                    sizes = tuple(Val(f"%a{i}.d{axis}", "i64", nonneg=True) if type(d) is not int else const_val(d) for axis, d in enumerate(arg.type.shape))
+                    self.buffers[arg] = Buffer(f"%a{i}", arg.type, align, sizes)
+                    alignments.append(align)
+                    continue
                 if arg.type.byte_size:  # LLVM refuses dereferenceable(0); an empty buffer is never read
                     attrs += f" dereferenceable({arg.type.byte_size})"
                 params.append(f"ptr {attrs} %a{i}")
@@ -120,8 +130,11 @@ class KernelEmitter(MemoryAccess, IndexMath):
         fb.lines[alloca_slot] = "\n".join(fb.allocas)
 
         if outlined is not None:
-            extent = outlined.upper[outlined.mapping.index("worker")]
-            work = max(1, estimate_work(outlined.body) * math.prod(outlined.upper) // max(1, extent))
+            extent = outlined.extents[outlined.mapping.index("worker")]
+            others = [u if isinstance(u, int) else UNKNOWN_TRIPS for u, m in zip(outlined.extents, outlined.mapping) if m != "worker"]
+            work = max(1, estimate_work(outlined.body) * math.prod(others))
+            if not isinstance(extent, int):
+                extent = host_extent(extent, kernel)
         else:
             extent, work = 1, max(1, estimate_work(kernel.body))
         body = "\n".join(line for line in fb.lines if line != "")
@@ -239,7 +252,7 @@ class KernelEmitter(MemoryAccess, IndexMath):
     def emit_parallel(self, op: loop.ParallelOp, worker_range=None) -> None:
         if op.maps_blocks or op.maps_threads:
             raise error(op.location, "GPU-mapped loops cannot run on the CPU")
-        dims = list(zip(op.upper, op.mapping, op.body.args))
+        dims = [(u if isinstance(u, int) else self.get(u), m, a) for u, m, a in zip(op.extents, op.mapping, op.body.args)]
         dims.sort(key=lambda d: {"worker": 0, "vector": 2}.get(d[1], 1))
 
         def nest(i: int) -> None:
@@ -250,7 +263,7 @@ class KernelEmitter(MemoryAccess, IndexMath):
             if mapping == "vector" and self.width == 1 and i == len(dims) - 1:
                 self.emit_vector_loop(extent, arg, op.body)
                 return
-            lower, upper = worker_range if (mapping == "worker" and worker_range) else ("0", str(extent))
+            lower, upper = worker_range if (mapping == "worker" and worker_range) else ("0", str(extent) if isinstance(extent, int) else extent.ref)
 
             def body(iv, _):
                 self.bind(arg, self.uniform(iv, "i64", nonneg=True))
@@ -261,8 +274,11 @@ class KernelEmitter(MemoryAccess, IndexMath):
 
         nest(0)
 
-    def emit_vector_loop(self, extent: int, lane_iv: Value, body: Block) -> None:
+    def emit_vector_loop(self, extent, lane_iv: Value, body: Block) -> None:
         lanes = max(1, self.register_bytes // body_element_bytes(body))
+        if not isinstance(extent, int):
+            self.emit_dynamic_vector_loop(extent, lanes, lane_iv, body)
+            return
         width = choose_width(extent, lanes) if self.vectorize == "explicit" else 1
         varying = None
         if width > 1:
@@ -291,7 +307,38 @@ class KernelEmitter(MemoryAccess, IndexMath):
         if main < extent:
             self.scalar_loop(main, extent, lane_iv, body, None)
 
-    def scalar_loop(self, lower: int, upper: int, iv_value: Value, body: Block, metadata) -> None:
+    def emit_dynamic_vector_loop(self, extent: Val, lanes: int, lane_iv: Value, body: Block) -> None:
+        """A vector loop whose extent is known at run time: chunks of one
+        register while whole ones fit, then scalar code for the rest."""
+        width = lanes if self.vectorize == "explicit" and lanes > 1 else 1
+        varying = None
+        if width > 1:
+            try:
+                varying = varying_values(body, lane_iv)
+            except NotWidenable:
+                width = 1
+        if width == 1:
+            self.scalar_loop("0", extent.ref, lane_iv, body, self.mb.loop_metadata())
+            return
+        main = self.fb.emit(f"sub i64 {extent.ref}, {self.fb.emit(f'urem i64 {extent.ref}, {width}')}")
+        saved = (self.width, self.varying, self.mask)
+        self.width, self.varying, self.mask = width, varying, None
+
+        def chunk(iv, _):
+            self.bind(lane_iv, Val(iv, "i64", LINEAR, stride=1, multiple=width, nonneg=True))
+            self.emit_block(body)
+            return []
+
+        self.counted_loop("0", main, str(width), [], chunk)
+        self.width, self.varying, self.mask = saved
+        self.scalar_loop(main, extent.ref, lane_iv, body, None)
+
+    def emit_dim(self, op: loop.DimOp) -> None:
+        buf = self.buffers[op.source]
+        size = buf.type.shape[op.axis]
+        self.bind(op.result, const_val(size) if type(size) is int else buf.sizes[op.axis])
+
+    def scalar_loop(self, lower, upper, iv_value: Value, body: Block, metadata) -> None:
         def run(iv, _):
             self.bind(iv_value, self.uniform(iv, "i64", nonneg=True))
             self.emit_block(body)
@@ -350,4 +397,32 @@ STRUCTURE = {
     "loop.alloc": KernelEmitter.emit_alloc,
     "loop.constant": KernelEmitter.emit_constant_buffer,
     "loop.view": KernelEmitter.emit_view,
+    "loop.dim": KernelEmitter.emit_dim,
 }
+
+
+_HOST_OPS = {"arith.add": "+", "arith.sub": "-", "arith.mul": "*", "arith.div": "//", "arith.rem": "%", "arith.max": "max", "arith.min": "min"}
+
+
+def host_extent(value: Value, kernel: loop.KernelOp):
+    """The worker extent `value` as a ShapeExpr the runtime evaluates per
+    launch from the arguments' sizes (`a{i}_{axis}`): it must be computed at
+    the kernel's top from `loop.dim`s, constants and index arithmetic (sizes
+    are not negative, so truncating division is floor division)."""
+    args = {arg: i for i, arg in enumerate(kernel.body.args)}
+
+    def text(v: Value) -> str:
+        op = v.defining_op
+        if op is None or op.parent_op is not kernel:
+            raise error(kernel.location, f"kernel @{kernel.sym_name}: the worker extent must be computed at the kernel's top from loop.dim and constants")
+        if isinstance(op, loop.DimOp) and op.source in args:
+            return f"a{args[op.source]}_{op.axis}"
+        if op.name == "arith.constant":
+            return str(op.attr("value").value)
+        symbol = _HOST_OPS.get(op.name)
+        if symbol is None:
+            raise error(op.location, f"kernel @{kernel.sym_name}: '{op.name}' cannot compute a worker extent on the host")
+        a, b = (text(o) for o in op.operands)
+        return f"{symbol}({a}, {b})" if symbol.isalpha() else f"({a} {symbol} {b})"
+
+    return parse_shape_expr(text(value))

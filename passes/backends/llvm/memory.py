@@ -50,6 +50,13 @@ class MemoryAccess:
 
 
     def flat_index(self, buf: Buffer, indices) -> Val:
+        if buf.sizes is not None:
+            flat, stride = const_val(0), const_val(1)
+            for axis in reversed(range(len(buf.sizes))):
+                flat = self.ix_add(self.ix_mul(self.get(indices[axis]), stride), flat)
+                if axis:
+                    stride = self.ix_mul(stride, buf.sizes[axis])
+            return flat
         shape = buf.type.shape
         flat = const_val(0)
         stride = 1

@@ -187,6 +187,7 @@ class Buffer:
     ptr: str
     type: MemRefType
     align: int
+    sizes: tuple | None = None  # a dynamic buffer's size per axis (Vals), passed after its pointer
 
 
 def low_bit(n: int) -> int:
