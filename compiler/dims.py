@@ -98,7 +98,7 @@ def evaluate_dim(d, bindings: dict) -> int:
     """The size of `d` once its symbols are bound (symbol -> int)."""
     if type(d) is int:
         return d
-    value = d.xreplace({s: bindings[s] for s in d.free_symbols if s in bindings})
+    value = d.xreplace({s: sympy().Integer(bindings[s]) for s in d.free_symbols if s in bindings})
     if not value.is_number:
         raise KeyError(f"dim {d} has unbound symbols {sorted(map(str, value.free_symbols))}")
     if not value.is_integer:
@@ -116,6 +116,66 @@ def free_symbols(shape: Iterable) -> set:
         if type(d) is not int:
             found |= d.free_symbols
     return found
+
+
+# --------------------------------------------------------------------------- size hints
+
+# The size a cost model assumes for a dynamic dim nobody gave a hint for.
+DEFAULT_HINT = 64
+_hints: list[dict[str, int]] = [{}]
+
+
+@contextlib.contextmanager
+def shape_hints(hints: dict[str, int] | None) -> Iterator[dict[str, int]]:
+    """Sizes (`{"B": 8, "S": 128}`) that cost models assume for dynamic dims
+    while the block runs (`--shape-hint B=8,S=128`). They never change what
+    a program computes, only which fusion and tiling choices look cheapest."""
+    _hints.append(dict(hints or {}))
+    try:
+        yield _hints[-1]
+    finally:
+        _hints.pop()
+
+
+def set_shape_hints(hints: dict[str, int]) -> None:
+    """The hints of a whole process (a command line's --shape-hint)."""
+    _hints[0] = dict(hints)
+
+
+def active_hints() -> dict[str, int]:
+    return dict(_hints[-1])
+
+
+def hinted(d) -> int:
+    """`d` at the active hints (DEFAULT_HINT for a dim without one)."""
+    if type(d) is int:
+        return d
+    hints = _hints[-1]
+    value = d.xreplace({s: sympy().Integer(hints.get(str(s), DEFAULT_HINT)) for s in d.free_symbols})
+    return max(0, int(sympy().floor(value)))
+
+
+def hinted_shape(shape: Sequence) -> tuple[int, ...]:
+    return tuple(hinted(d) for d in shape)
+
+
+def describe_hints(symbols: Iterable) -> str:
+    """`B=8 (--shape-hint), S=64 (default)` for the dims of a program."""
+    hints = _hints[-1]
+    names = sorted({str(s) for s in symbols} - {"?"})
+    return ", ".join(f"{n}={hints[n]} (--shape-hint)" if n in hints else f"{n}={DEFAULT_HINT} (default)" for n in names)
+
+
+def parse_hints(text: str) -> dict[str, int]:
+    """`B=8,S=128` -> {"B": 8, "S": 128}; ValueError names what is wrong."""
+    hints = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = item.partition("=")
+        name = name.strip()
+        if not equals or not name.isidentifier() or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"shape hint '{item}' must read NAME=SIZE with a size of at least 1, e.g. B=8,S=128")
+        hints[name] = int(value)
+    return hints
 
 
 # --------------------------------------------------------------------------- runtime checks
@@ -136,8 +196,9 @@ class DimCheck(NamedTuple):
 
     def describe(self, bindings: dict) -> str:
         """The failure message, with the sizes seen at run time."""
-        lhs, rhs = evaluate_dim(self.lhs, bindings), evaluate_dim(self.rhs, bindings)
-        return f"'{self.op_name}' op {self.message} at run time: {self.lhs} is {lhs} but {self.rhs} is {rhs}"
+        symbols = sorted(free_symbols((self.lhs, self.rhs)), key=str)
+        sizes = ", ".join(f"{s} = {bindings[s]}" for s in symbols if s in bindings)
+        return f"'{self.op_name}' op {self.message} ({self.lhs} == {self.rhs}), which fails at run time with {sizes}"
 
 
 _recorders: list[list] = []
@@ -207,7 +268,15 @@ def function_is_dynamic(func) -> bool:
 
 
 __all__ = [
+    "DEFAULT_HINT",
     "DimCheck",
+    "active_hints",
+    "describe_hints",
+    "hinted",
+    "hinted_shape",
+    "parse_hints",
+    "set_shape_hints",
+    "shape_hints",
     "dim_symbol",
     "dims_equal",
     "evaluate_dim",

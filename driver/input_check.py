@@ -57,6 +57,11 @@ def convert(array: np.ndarray, t: ShapedType) -> np.ndarray:
     return round_to_bf16(converted) if t.element_type is bf16 else converted
 
 
+def _fits_dynamic(shape, t: ShapedType) -> bool:
+    """A `?` dim takes any size here; the program binds and checks it per call."""
+    return len(shape) == t.rank and not t.is_static and all(type(d) is not int or d == n for d, n in zip(t.shape, shape))
+
+
 def check_input(value, t: ShapedType, what: str, lossy: str = "warn") -> np.ndarray:
     """`value` as an array of `t`'s shape and element type.
 
@@ -68,7 +73,7 @@ def check_input(value, t: ShapedType, what: str, lossy: str = "warn") -> np.ndar
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise InputError(f"{what} has dtype {array.dtype}, which cannot become {t.element_type}")
-    if tuple(array.shape) != tuple(t.shape):
+    if tuple(array.shape) != tuple(t.shape) and not _fits_dynamic(array.shape, t):
         raise InputError(f"{what} has shape {list(array.shape)}, but {t} needs {list(t.shape)}")
     if array.dtype == t.element_type.numpy_dtype and t.element_type is not bf16:
         return array

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from fusecc.compiler.dims import describe_hints, free_symbols
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.compiler.ir import Operation
@@ -138,7 +139,18 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine, enable
         "groups": rows,
         "unfused": unfused,
         "declined": declined,
+        **_shape_hints(module),
     }
+
+
+def _shape_hints(module: Operation) -> dict:
+    """The sizes the cost model assumed for dynamic dims (--shape-hint), if any."""
+    symbols = set()
+    for func in module.walk():
+        if func.name == "func.func":
+            for t in func.function_type.inputs:
+                symbols |= free_symbols(getattr(t, "shape", ()))
+    return {"shape_hints": describe_hints(symbols)} if symbols else {}
 
 
 def source_location(location) -> str:
@@ -195,6 +207,8 @@ def format_report(data: dict) -> str:
     ]
     for label, before, after, change in table:
         lines.append(f"  {label:<24}{before:>12}{after:>12}   {change}")
+    if "shape_hints" in data:
+        lines.append(f"  dynamic dims costed at: {data['shape_hints']}")
     lines += ["", "groups:", f"  {'id':>3}  {'kind':<12}{'time':>10}{'traffic':>11}  ops"]
     for g in data["groups"]:
         lines.append(f"  {g['id']:>3}  {g['kind']:<12}{cm.format_time(g['time_seconds']):>10}{cm.format_bytes(g['bytes_moved']):>11}  {describe_ops(g)}")

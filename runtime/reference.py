@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fusecc.compiler.diagnostics import InternalCompilerError, error
+from fusecc.compiler.dims import evaluate_dim, is_static, is_unbound, runtime_checks
 from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.traits import Terminator
 from fusecc.compiler.types import TensorType, Type
@@ -63,6 +64,9 @@ class Interpreter:
     def __init__(self, module: Operation):
         self.module = module
         self._active: list[str] = []
+        # Per active call: its dim symbols' sizes (compiler/dims.py).
+        self._bindings: list[dict] = []
+        self._checks: dict[str, list] = {}
 
     def function(self, name: str) -> Operation:
         found = self.module.lookup(name)
@@ -79,11 +83,43 @@ class Interpreter:
         if name in self._active:
             # Without control flow a recursive call never ends.
             raise InterpreterError(f"@{name} calls itself (through {' -> '.join('@' + n for n in self._active)}); recursion cannot terminate")
+        bindings = self.bind_dims(func, checked)
         self._active.append(name)
+        self._bindings.append(bindings)
         try:
             return self.run_block(func.body, checked)
         finally:
             self._active.pop()
+            self._bindings.pop()
+
+    def bind_dims(self, func: Operation, args: Sequence[np.ndarray]) -> dict:
+        """The sizes of the function's dim symbols in this call, after its
+        runtime checks (each located at the op that needs it) pass."""
+        inputs = func.function_type.inputs
+        if all(not isinstance(t, TensorType) or t.is_static for t in inputs):
+            return {}
+        bindings: dict = {}
+        first_seen: dict = {}
+        for index, (array, t) in enumerate(zip(args, inputs)):
+            if not isinstance(t, TensorType):
+                continue
+            for axis, (d, size) in enumerate(zip(t.shape, array.shape)):
+                if is_static(d) or not d.is_Symbol:
+                    continue
+                where = f"dim {axis} of argument {index} ({func.body.args[index].name_hint or index})"
+                if size == 0:
+                    raise error(func.location, f"{where} is 0, but a dynamic dim ('{d}') must be at least 1 (docs/dynamic-shapes.md)")
+                if d in bindings and bindings[d] != size:
+                    raise error(func.location, f"dim '{d}' is {bindings[d]} in {first_seen[d]} but {size} in {where}")
+                bindings.setdefault(d, size)
+                first_seen.setdefault(d, where)
+        name = func.sym_name
+        if name not in self._checks:
+            self._checks[name] = runtime_checks(func)
+        for check in self._checks[name]:
+            if not check.holds(bindings):
+                raise error(check.location, check.describe(bindings))
+        return bindings
 
     def run_block(self, block: Block, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run a block's ops; returns the terminator's operand values."""
@@ -99,9 +135,17 @@ class Interpreter:
             if len(results) != len(op.results):
                 raise InternalCompilerError(f"the reference evaluation of '{op.name}'{at(op)}", ResultTypeMismatch(f"{len(results)} results for {len(op.results)} declared"))
             for value, result in zip(op.results, results):
-                check_result(op, value.type, result)
+                check_result(op, self.concrete(value.type), result)
                 env[value] = result
         return []
+
+    def concrete(self, t: Type) -> Type:
+        """`t` with its dynamic dims at this call's sizes; `?` left unbound
+        (a call's results) stays, and `check_result` skips it."""
+        if not isinstance(t, TensorType) or t.is_static:
+            return t
+        bindings = self._bindings[-1] if self._bindings else {}
+        return TensorType([d if is_static(d) or is_unbound(d) else evaluate_dim(d, bindings) for d in t.shape], t.element_type)
 
     def run_op(self, op: Operation, operands: list, env: dict) -> list[np.ndarray]:
         if op.name == "func.call":
@@ -115,7 +159,9 @@ class Interpreter:
             raise InterpreterError(f"the reference interpreter cannot run '{op.name}'")
         try:
             with np.errstate(all="ignore"):  # NaN and inf are values like any other here
-                return op.evaluate(operands)
+                if all(not isinstance(r.type, TensorType) or r.type.is_static for r in op.results):
+                    return op.evaluate(operands)
+                return op.evaluate_dynamic(operands, [self.concrete(r.type).shape for r in op.results])
         except DomainError as exc:
             raise error(op.location, f"'{op.name}' cannot run on these operands: {exc}") from None
 
@@ -129,7 +175,7 @@ def check_result(op: Operation, expected: Type, array) -> None:
         problem = f"a {type(array).__name__}, not an array"
     elif array.ndim != expected.rank:
         problem = f"rank {array.ndim} (shape {list(array.shape)})"
-    elif tuple(array.shape) != tuple(expected.shape):
+    elif not all(type(d) is not int or d == n for d, n in zip(expected.shape, array.shape)):
         problem = f"shape {list(array.shape)}"
     elif array.dtype != expected.element_type.numpy_dtype:
         problem = f"dtype {array.dtype}"
@@ -146,7 +192,8 @@ def at(op: Operation) -> str:
 def check_argument(array, expected: Type, what: str) -> np.ndarray:
     array = np.asarray(array)
     if isinstance(expected, TensorType):
-        if tuple(array.shape) != tuple(expected.shape):
+        # A `?` dim takes any size here; the call binds and checks it.
+        if array.ndim != expected.rank or not all(type(d) is not int or d == n for d, n in zip(expected.shape, array.shape)):
             raise InterpreterError(f"{what} has shape {list(array.shape)} but {expected} is expected")
         return to_storage(array, expected.element_type)
     return array

@@ -57,6 +57,20 @@ def add_target_options(parser: argparse.ArgumentParser, where: str, targets: tup
     group.add_argument("--target", default=None, metavar="{" + ",".join(targets) + "}", help=where)
     group.add_argument("--gpu", choices=tuple(GPU_ARCH), default=None, help=f"the GPU to tune for (default {DEFAULT_GPU}); GPU targets only")
     group.add_argument("--arch", choices=tuple(ARCH_GPU), default=None, help="the same, by CUDA architecture (sm_90: h200, sm_80: a100)")
+    group.add_argument("--shape-hint", default=None, metavar="B=8,S=128",
+                       help="sizes the cost models assume for dynamic ('?') dims; never changes results (docs/dynamic-shapes.md)")
+
+
+def _apply_shape_hints(text: str | None) -> None:
+    """--shape-hint holds for the whole command (compiler/dims.py)."""
+    if not text:
+        return
+    from fusecc.compiler.dims import parse_hints, set_shape_hints
+
+    try:
+        set_shape_hints(parse_hints(text))
+    except ValueError as exc:
+        raise UsageError(f"--shape-hint: {exc}") from None
 
 
 def suggest(word: str, choices) -> str:
@@ -71,6 +85,7 @@ def resolve_target(args, tool: str, allowed: tuple[str, ...] | None, default: st
     and the GPU flags must then be absent too); `allowed` None leaves the name
     to the caller's registry (`fusecc run`'s targets)."""
     name, gpu = args.target, args.gpu
+    _apply_shape_hints(getattr(args, "shape_hint", None))
     if name in GPU_ARCH:  # the old meaning of --target: hardware
         if gpu not in (None, name):
             raise UsageError(f"--target {name} (the old spelling of --target cuda --gpu {name}) contradicts --gpu {gpu}")

@@ -88,6 +88,12 @@ class TensorOp(Operation):
     def evaluate(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError(f"'{self.name}' defines no evaluation")
 
+    def evaluate_dynamic(self, args: Sequence[np.ndarray], result_shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+        """`evaluate` where the result types have `?` dims: `result_shapes`
+        are their sizes in this run. Only ops whose numbers depend on the
+        result's shape beyond their operands' (reshape) override it."""
+        return self.evaluate(args)
+
     def result_element(self, index: int = 0) -> ScalarType:
         return self.results[index].type.element_type
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from fusecc.compiler.ir import BOOL, FLOAT, AttrDef, OperandDef, VerifyError, register_op
 from fusecc.compiler.traits import Composite, Contraction, Pure
+from fusecc.compiler.dims import dims_equal, require_equal
 from fusecc.compiler.types import TensorType, broadcast_shapes
 
 from . import formulas
@@ -21,10 +22,11 @@ def matmul_shape(a: tuple[int, ...], b: tuple[int, ...], what=("lhs", "rhs")) ->
         raise VerifyError("matmul operands must have at least one axis")
     a2 = (1, *a) if len(a) == 1 else a
     b2 = (*b, 1) if len(b) == 1 else b
-    if a2[-1] != b2[-2]:
+    if dims_equal(a2[-1], b2[-2]) is False:
         raise VerifyError(
             f"contracting dimensions differ: {what[0]} {shape_str(a)} has {a2[-1]}, {what[1]} {shape_str(b)} has {b2[-2]}"
         )
+    require_equal(a2[-1], b2[-2], f"contracting dimensions of {what[0]} and {what[1]} must be equal")
     batch = broadcast_shapes(a2[:-2], b2[:-2])
     if batch is None:
         raise VerifyError(f"batch dimensions {shape_str(a2[:-2])} and {shape_str(b2[:-2])} do not broadcast")
@@ -87,10 +89,12 @@ class AttentionOp(TensorOp):
         for t, n in ((q, "query"), (k, "key"), (v, "value")):
             if t.rank < 2:
                 raise VerifyError(f"{n} must have rank at least 2, but has shape {shape_str(t.shape)}")
-        if q.shape[-1] != k.shape[-1]:
+        if dims_equal(q.shape[-1], k.shape[-1]) is False:
             raise VerifyError(f"query head size {q.shape[-1]} differs from key head size {k.shape[-1]}")
-        if k.shape[-2] != v.shape[-2]:
+        require_equal(q.shape[-1], k.shape[-1], "query and key head sizes must be equal")
+        if dims_equal(k.shape[-2], v.shape[-2]) is False:
             raise VerifyError(f"key length {k.shape[-2]} differs from value length {v.shape[-2]}")
+        require_equal(k.shape[-2], v.shape[-2], "key and value lengths must be equal")
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         if batch is None:
             raise VerifyError("batch dimensions of query, key and value do not broadcast")
@@ -103,22 +107,25 @@ class AttentionOp(TensorOp):
                 raise VerifyError(f"mask of shape {shape_str(mask.shape)} does not broadcast to the scores {shape_str(scores)}")
         return [TensorType((*batch, q.shape[-2], v.shape[-1]), element)]
 
-    def effective_scale(self) -> float:
+    def effective_scale(self, head_size=None) -> float:
+        """`scale`, or 1/√D; `head_size` gives D when the type has it as `?`."""
         scale = self.attr("scale")
         if scale is not None:
             return scale
-        d = self.query.type.shape[-1]
+        d = self.query.type.shape[-1] if head_size is None else head_size
         return 1.0 / math.sqrt(d) if d else 1.0  # no head dim: the scores are empty sums (0), any scale will do
 
-    def formula(self, o, q, k, v, mask):
-        """The op's definition over the arithmetic interface of `formulas`."""
-        rows, cols = self.query.type.shape[-2], self.key.type.shape[-2]
+    def formula(self, o, q, k, v, mask, sizes=None):
+        """The op's definition over the arithmetic interface of `formulas`.
+        `sizes` = (rows, cols, head size) where the types have `?` dims."""
+        rows, cols, head = sizes or (self.query.type.shape[-2], self.key.type.shape[-2], None)
         rank = len(self.result.type.shape)
-        return formulas.attention(o, q, k, v, mask, self.effective_scale(), self.attr("causal"), rows, cols, rank - 1)
+        return formulas.attention(o, q, k, v, mask, self.effective_scale(head), self.attr("causal"), rows, cols, rank - 1)
 
     def evaluate(self, args):
         q, k, v, *mask = (compute_view(a) for a in args)
-        computed = self.formula(formulas.NUMPY, q, k, v, mask[0] if mask else None)
+        sizes = (q.shape[-2], k.shape[-2], q.shape[-1])  # the run's sizes: the types may have `?` dims
+        computed = self.formula(formulas.NUMPY, q, k, v, mask[0] if mask else None, sizes)
         return [to_storage(computed, self.result_element())]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import UNKNOWN_LOC, Location
+from fusecc.compiler.dims import is_unbound
 from fusecc.compiler.ir import DENSE, REQUIRED, STRING, AttrDef, OperandDef, VerifyError, register_op
 from fusecc.compiler.traits import Broadcasting, Commutative, ConstantLike, Elementwise, Pure
 from fusecc.compiler.types import TensorType, i1
@@ -178,6 +179,14 @@ class CastOp(TensorOp):
         out = expect_tensor(self.result.type, "result")
         if x.shape != out.shape:
             raise VerifyError(f"cast changes the shape from {shape_str(x.shape)} to {shape_str(out.shape)}")
+
+    @classmethod
+    def refine_result_types(cls, operand_types, attributes, declared):
+        """A cast keeps the shape: `?` dims are the operand's."""
+        x, out = expect_tensor(operand_types[0], "operand"), expect_tensor(declared[0], "result")
+        if x.rank != out.rank:
+            return [out]
+        return [TensorType([a if is_unbound(d) else d for a, d in zip(x.shape, out.shape)], out.element_type)]
 
     def fold(self, constant_operands):
         return [self.input] if self.input.type is self.result.type else None

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fusecc.compiler.dims import dims_equal, is_static, is_unbound, normalize_dim, product, require_equal, require_whole, sympy
 from fusecc.compiler.ir import INT, INT_ARRAY, REQUIRED, AttrDef, OperandDef, VerifyError, register_op
 from fusecc.compiler.traits import Broadcasting, Injective, Pure
 from fusecc.compiler.types import TensorType, broadcast_shapes, i32, i64
@@ -31,17 +32,52 @@ class ReshapeOp(TensorOp):
         out = expect_tensor(self.result.type, "result")
         if x.element_type is not out.element_type:
             raise VerifyError(f"reshape changes the element type from {x.element_type} to {out.element_type}")
-        if x.num_elements != out.num_elements:
+        if dims_equal(x.num_elements, out.num_elements) is False:
             raise VerifyError(
                 f"reshape changes the number of elements from {x.num_elements} {shape_str(x.shape)} "
                 f"to {out.num_elements} {shape_str(out.shape)}"
             )
+        require_equal(x.num_elements, out.num_elements, "reshape must keep the number of elements")
+        for axis, d in enumerate(out.shape):
+            require_whole(d, f"reshape result dim {axis} ({d}) must be a whole number")
+
+    @classmethod
+    def refine_result_types(cls, operand_types, attributes, declared):
+        """The `?` dims of the result (docs/dynamic-shapes.md): each but the
+        last keeps the operand's dim at the same axis, the last is what the
+        element count leaves (as -1 in numpy's reshape)."""
+        x = expect_tensor(operand_types[0], "operand")
+        out = expect_tensor(declared[0], "result")
+        unknown = [axis for axis, d in enumerate(out.shape) if is_unbound(d)]
+        if not unknown:
+            return declared
+        shape = list(out.shape)
+        for axis in unknown[:-1]:
+            if axis >= x.rank or is_static(x.shape[axis]):
+                raise VerifyError(
+                    f"cannot tell the size of result dim {axis}: a '?' before the last must keep the operand's dynamic dim at its axis"
+                )
+            shape[axis] = x.shape[axis]
+        others = product(d for axis, d in enumerate(shape) if axis != unknown[-1])
+        if others == 0:
+            raise VerifyError("cannot tell the size of the '?' dim of a reshape to zero elements")
+        total = x.num_elements
+        if is_static(total) and is_static(others):
+            if total % others:
+                raise VerifyError(f"{total} elements do not divide into {others} {shape_str(out.shape)}")
+            shape[unknown[-1]] = total // others
+        else:
+            shape[unknown[-1]] = normalize_dim(sympy().cancel(total / others))
+        return [TensorType(shape, out.element_type)]
 
     def fold(self, constant_operands):
         return [self.input] if self.input.type is self.result.type else None
 
     def evaluate(self, args):
         return [args[0].reshape(self.result.type.shape)]
+
+    def evaluate_dynamic(self, args, result_shapes):
+        return [args[0].reshape(result_shapes[0])]
 
 
 @register_op
@@ -84,11 +120,30 @@ class BroadcastToOp(TensorOp):
         if len(x.shape) > len(out.shape) or broadcast_shapes(x.shape, out.shape) != out.shape:
             raise VerifyError(f"shape {shape_str(x.shape)} does not broadcast to {shape_str(out.shape)}")
 
+    @classmethod
+    def refine_result_types(cls, operand_types, attributes, declared):
+        """A `?` dim of the result is the operand's dim at the same axis
+        (counted from the right): nothing else could tell its size."""
+        x = expect_tensor(operand_types[0], "operand")
+        out = expect_tensor(declared[0], "result")
+        shape = list(out.shape)
+        for axis, d in enumerate(out.shape):
+            if not is_unbound(d):
+                continue
+            source = axis - (out.rank - x.rank)
+            if source < 0 or is_static(x.shape[source]):
+                raise VerifyError(f"cannot tell the size of result dim {axis}: a '?' must keep a dynamic dim of the operand")
+            shape[axis] = x.shape[source]
+        return [TensorType(shape, out.element_type)]
+
     def fold(self, constant_operands):
         return [self.input] if self.input.type is self.result.type else None
 
     def evaluate(self, args):
         return [np.asarray(np.broadcast_to(args[0], self.result.type.shape), order="C")]
+
+    def evaluate_dynamic(self, args, result_shapes):
+        return [np.asarray(np.broadcast_to(args[0], result_shapes[0]), order="C")]
 
 
 # --------------------------------------------------------------------------- slice
@@ -124,9 +179,30 @@ def slice_bounds(shape, start, stop, step) -> list[SliceAxis]:
     for axis, (dim, a, b, s) in enumerate(zip(shape, start, stop, step)):
         if s == 0:
             raise VerifyError(f"step of axis {axis} is zero")
+        if not is_static(dim):
+            bounds.append(_dynamic_slice_axis(dim, a, b, s))
+            continue
         elements = range(*slice(a, b, s).indices(dim))
         bounds.append(SliceAxis(elements.start, s, len(elements)))
     return bounds
+
+
+# A stop this far out means "to the end" (ONNX writes INT64_MAX): a dynamic
+# dim is assumed smaller, which keeps the length a plain expression.
+_TO_THE_END = 1 << 31
+
+
+def _dynamic_slice_axis(dim, a: int, b: int, s: int) -> SliceAxis:
+    """Python's `slice(a, b, s).indices(dim)` with `dim` an expression."""
+    Max, Min = sympy().Max, sympy().Min
+    if s > 0:
+        start = Min(a, dim) if a >= 0 else Max(a + dim, 0)
+        stop = dim if b >= _TO_THE_END else Min(b, dim) if b >= 0 else Max(b + dim, 0)
+    else:
+        start = Min(a, dim - 1) if a >= 0 else Max(a + dim, -1)
+        stop = -1 if b <= -_TO_THE_END else Min(b, dim - 1) if b >= 0 else Max(b + dim, -1)
+    length = Max(0, sympy().ceiling((stop - start) / s))
+    return SliceAxis(normalize_dim(start), s, normalize_dim(length))
 
 
 @register_op
@@ -155,7 +231,9 @@ class SliceOp(TensorOp):
         return slice_bounds(self.input.type.shape, self.attr("start"), self.attr("stop"), self.attr("step"))
 
     def evaluate(self, args):
-        return [np.asarray(args[0][tuple(axis.as_slice() for axis in self.bounds())], order="C")]
+        # The bounds of the run's shape: the type may have `?` dims.
+        bounds = slice_bounds(args[0].shape, self.attr("start"), self.attr("stop"), self.attr("step"))
+        return [np.asarray(args[0][tuple(axis.as_slice() for axis in bounds)], order="C")]
 
 
 # --------------------------------------------------------------------------- concat, gather
@@ -182,12 +260,14 @@ class ConcatOp(TensorOp):
             if t.rank != rank:
                 raise VerifyError(f"operand {i} has rank {t.rank} but operand 0 has rank {rank}")
             for d in range(rank):
-                if d != axis and t.shape[d] != tensors[0].shape[d]:
+                if d != axis and dims_equal(t.shape[d], tensors[0].shape[d]) is False:
                     raise VerifyError(
                         f"operand {i} of shape {shape_str(t.shape)} differs from operand 0 {shape_str(tensors[0].shape)} off the concat axis {axis}"
                     )
+                if d != axis:
+                    require_equal(t.shape[d], tensors[0].shape[d], f"dim {d} of operand {i} and operand 0 must be equal off the concat axis")
         shape = list(tensors[0].shape)
-        shape[axis] = sum(t.shape[axis] for t in tensors)
+        shape[axis] = normalize_dim(sum(t.shape[axis] for t in tensors))
         return [TensorType(shape, element)]
 
     def evaluate(self, args):
@@ -235,7 +315,7 @@ class GatherOp(TensorOp):
         data, indices = args
         axis = self.normalized_axis
         if indices.size == 0:
-            return [np.zeros(self.result.type.shape, data.dtype)]
+            return [np.zeros((*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]), data.dtype)]
         return [np.asarray(np.take(data, gather_index(indices, data.shape[axis]), axis=axis), order="C")]
 
 

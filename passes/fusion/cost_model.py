@@ -41,12 +41,14 @@ not import it either. Everything hardware-specific comes from
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
+from fusecc.compiler.dims import hinted, hinted_shape
 from fusecc.compiler.types import TensorType
 from fusecc.passes.tiling.contractions import (
     MAX_SPECIALISED_COPIES,
@@ -151,12 +153,17 @@ def format_time(seconds: float) -> str:
 
 def numel(value: Value) -> int:
     t = value.type
-    return t.num_elements if isinstance(t, TensorType) else 1
+    return hinted(t.num_elements) if isinstance(t, TensorType) else 1
 
 
 def byte_size(value: Value) -> int:
     t = value.type
-    return t.byte_size if isinstance(t, TensorType) else 8
+    return hinted(t.byte_size) if isinstance(t, TensorType) else 8
+
+
+def shape_of(value: Value) -> tuple[int, ...]:
+    """The value's shape, a dynamic dim at its --shape-hint size (compiler/dims.py)."""
+    return hinted_shape(value.type.shape)
 
 
 def flops_per_element(op: Operation) -> float:
@@ -191,13 +198,13 @@ def op_flops(op: Operation) -> tuple[float, float]:
     """(flops on tensor-core-able work, other flops) for one evaluation of `op`."""
     if op.has_trait(Contraction):
         lhs, rhs = op.operands
-        a = lhs.type.shape
+        a = shape_of(lhs)
         k = a[-2] if op.attr("transpose_a") and len(a) >= 2 else a[-1]
         work = 2.0 * numel(op.result) * k
         return (work, 0.0) if is_float16(op.result) else (0.0, work)
     if is_attention(op):
         q, k, v = op.operands[:3]
-        s, t, d, dv = q.type.shape[-2], k.type.shape[-2], q.type.shape[-1], v.type.shape[-1]
+        s, t, d, dv = shape_of(q)[-2], shape_of(k)[-2], shape_of(q)[-1], shape_of(v)[-1]
         batch = numel(op.result) // max(1, s * dv)
         matmuls = 2.0 * batch * s * t * (d + dv)
         softmax = 6.0 * batch * s * t
@@ -233,16 +240,28 @@ def _evaluations(body: KernelBody, kind: str, hardware: Hardware) -> dict[Operat
     return evals
 
 
+def _at_hints(problem):
+    """A matmul or attention problem with its dynamic sizes at the --shape-hint sizes."""
+    changes = {}
+    for field in dataclasses.fields(problem):
+        value = getattr(problem, field.name)
+        if isinstance(value, tuple) and not all(type(d) is int for d in value):
+            changes[field.name] = hinted_shape(value)
+        elif hasattr(value, "free_symbols"):
+            changes[field.name] = hinted(value)
+    return dataclasses.replace(problem, **changes) if changes else problem
+
+
 def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:
     """Element reads of `value` made by `user` in the lowered kernel."""
     if user.has_trait(Contraction):
-        problem = MatmulShape.of_op(user)
+        problem = _at_hints(MatmulShape.of_op(user))
         a_reads, b_reads = reload_factors(problem, choose_matmul_tiles(problem, hardware))
         return numel(value) * (a_reads if value is user.operands[0] else b_reads)
     if is_attention(user):
         if value is user.operands[0]:
             return numel(value)
-        problem = AttentionShape.of_op(user)
+        problem = _at_hints(AttentionShape.of_op(user))
         return numel(value) * math.ceil(problem.s / choose_attention_tiles(problem, hardware).block_q)
     if user.has_trait(Reduction) or user.has_trait(Composite):
         return numel(value)
@@ -261,12 +280,12 @@ def _row_elements(body: KernelBody) -> tuple[int, int] | None:
             axes = op.normalized_axes
             length = 1
             for a in axes:
-                length *= x.type.shape[a]
+                length *= shape_of(x)[a]
             return numel(x) // max(1, length), length
         if is_row_composite(op):
             x = op.operands[0]
             axis = op.attr("axis", -1) if op.name == "tensor.softmax" else -1
-            length = x.type.shape[axis]
+            length = shape_of(x)[axis]
             return numel(x) // max(1, length), length
     return None
 
@@ -287,6 +306,10 @@ def _input_bytes(value: Value, body: KernelBody) -> int:
     return byte_size(value)
 
 
+def _has_dynamic_shape(body: KernelBody) -> bool:
+    return any(isinstance(r.type, TensorType) and not r.type.is_static for op in body.ops for r in (*op.results, *op.operands))
+
+
 def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
     bytes_read = sum(_input_bytes(v, body) for v in body.inputs)
     bytes_written = sum(byte_size(v) for v in body.outputs)
@@ -299,7 +322,12 @@ def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
         tensor_flops += core
         other_flops += other * factor
         recomputed += other * (factor - 1)
-    registers, shared = body_resources(body, kind, hardware, body_geometry(body, kind, hardware))
+    if _has_dynamic_shape(body):
+        # Tiles follow the sizes, which a dynamic body does not have: it is
+        # ranked by its roofline at the --shape-hint sizes (docs/dynamic-shapes.md).
+        registers, shared = 0, 0
+    else:
+        registers, shared = body_resources(body, kind, hardware, body_geometry(body, kind, hardware))
     compute = tensor_flops / hardware.peak_tensor_flops + other_flops / hardware.peak_flops
     memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
     time = hardware.launch_overhead + max(compute, memory)

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from fusecc.compiler import attributes as A
+from fusecc.compiler.dims import function_is_dynamic
 from fusecc.compiler.diagnostics import error
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.pass_manager import Pass, PassContext
@@ -141,6 +142,7 @@ class Tile(Pass):
             forced = Overrides(self.threads or None, parse_block(self.block), self.k or None, self.rows_per_block or None, self.split or None)
         except ValueError as exc:
             raise error(op.location, f"tile: {exc}") from None
+        _refuse_dynamic_shapes(op, hw)
         for group in op.walk():
             if not isinstance(group, GroupOp):
                 continue
@@ -150,6 +152,18 @@ class Tile(Pass):
             for name in TILE_ATTRIBUTES:
                 group.attributes.pop(name, None)
             group.attributes.update(config.attributes())
+
+
+def _refuse_dynamic_shapes(module: Operation, hw) -> None:
+    """dynamic-shapes guard (H3 removes it when tiles take runtime extents):
+    below the fused level every size must be known."""
+    for func in module.walk():
+        if func.name == "func.func" and function_is_dynamic(func):
+            raise error(
+                func.location,
+                f"dynamic shapes ('?' dims) are not supported yet on this target ({hw.name}); "
+                "run the program with --target reference (docs/dynamic-shapes.md)",
+            )
 
 
 def _fields(o: Overrides):
