@@ -102,23 +102,35 @@ def _place(location) -> str:
 
 
 def to_array(t: torch.Tensor) -> np.ndarray:
-    """The tensor's memory as an array: no copy for a contiguous CPU tensor."""
+    """The tensor's memory as an array: no copy for a contiguous CPU tensor.
+    bfloat16 becomes the float32 array of its values, which is how fusecc's
+    runtime takes bf16 (a copy)."""
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
     return t.contiguous().numpy()  # contiguous() is the tensor itself when it already is
 
 
-def _runner(program, devices, kept: list[int]):
+def _runner(program, devices, kept: list[int], result_dtypes: list):
     device = devices[0] if devices else torch.device("cpu")
 
     def run(*args):
         args = [args[i] for i in kept]  # frozen weights are in the program already
         results = program(*[to_array(a) if isinstance(a, torch.Tensor) else np.asarray(a) for a in args])
         outs = [torch.from_numpy(np.asarray(r)) for r in results.values()]  # fresh arrays per call: shared, not copied
+        outs = [o.to(dtype) if dtype == torch.bfloat16 else o for o, dtype in zip(outs, result_dtypes)]  # bf16 comes back as f32 values
         return [o.to(device) if device.type != "cpu" else o for o in outs]
 
     return run
+
+
+def _result_dtypes(graph_module) -> list:
+    output = next(n for n in graph_module.graph.nodes if n.op == "output")
+    results = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    vals = [r.meta.get("val") if isinstance(r, torch.fx.Node) else r for r in results]
+    return [v.dtype if isinstance(v, torch.Tensor) else None for v in vals]
 
 
 def _target(example_inputs) -> str:
@@ -162,13 +174,13 @@ def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen:
         _note(problems)
         _record.eager += 1
         return make_boxed_func(graph_module.forward)
-    problems = unsupported_nodes(graph_module.graph)
+    problems = unsupported_nodes(graph_module.graph, constants)
     if not problems:
         run = _compile_graph(graph_module, constants, devices, target, problems)
         if run is not None:
             _record.whole += 1
             return make_boxed_func(run)
-    split, islands = split_translatable(graph_module)
+    split, islands = split_translatable(graph_module, constants)
     compiled = 0
     for name in islands:
         island = getattr(split, name)
@@ -223,7 +235,7 @@ def _compile_graph(graph_module, frozen_constants: dict[str, np.ndarray], device
     _record.kernels += len(program.kernels)
     _record.frozen += len(constants)
     kept = [i for i, n in enumerate(placeholders) if n.name not in constants]
-    return _runner(program, devices, kept)
+    return _runner(program, devices, kept, _result_dtypes(graph_module))
 
 
 def _frozen_placeholders(placeholders, frozen: _Frozen | None) -> dict[str, np.ndarray]:
@@ -261,11 +273,22 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs, options: dict | 
         raise ValueError(f"unknown fusecc backend option{'s' * (len(options) > 1)} {', '.join(sorted(options))} (known: freeze)")
     frozen = None
     if freeze:
-        arrays = {i: t.detach().cpu().numpy().copy() for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+        arrays = {i: _frozen_array(t) for i, t in enumerate(example_inputs) if _is_module_state(t)}
         frozen = _Frozen(len(example_inputs), arrays)
     fw_compiler = functools.partial(_compile_forward, frozen=frozen)
     compiler = aot_autograd(fw_compiler=fw_compiler, bw_compiler=_eager_backward, decompositions=decompositions())
     return compiler(graph_module, example_inputs)
+
+
+def _is_module_state(t) -> bool:
+    """A parameter or buffer of the model: Dynamo marks both as static inputs."""
+    return isinstance(t, torch.nn.Parameter) or isinstance(t, torch.Tensor) and getattr(t, "_dynamo_static_input_type", None) is not None
+
+
+def _frozen_array(t: torch.Tensor) -> np.ndarray:
+    from fusecc.frontends.torch import tensor_array
+
+    return tensor_array(t, "a frozen weight").copy()
 
 
 def from_torch(module: torch.nn.Module, example_inputs, strict: bool = False):

@@ -73,7 +73,10 @@ def source_location(node) -> Location:
 
 
 def element_of_dtype(dtype, what: str = "a tensor") -> ScalarType:
-    found = TORCH_ELEMENT_TYPES.get(dtype) if isinstance(dtype, torch.dtype) else NUMPY_ELEMENT_TYPES.get(np.dtype(dtype))
+    if isinstance(dtype, torch.dtype):
+        found = TORCH_ELEMENT_TYPES.get(dtype)
+    else:
+        found = bf16 if np.dtype(dtype).name == "bfloat16" else NUMPY_ELEMENT_TYPES.get(np.dtype(dtype))  # ml_dtypes' bfloat16
     if found is None:
         raise Unsupported("dtype", f"{what} has dtype {dtype}, which the tensor dialect does not have")
     return found
@@ -169,6 +172,13 @@ def element_of(entry) -> ScalarType:
     return element_of_dtype(np.asarray(entry).dtype)
 
 
+def array_tensor(array: np.ndarray) -> torch.Tensor:
+    """The array as a tensor sharing its memory (ml_dtypes' bfloat16 too)."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def shape_of(entry) -> tuple[int, ...]:
     return tuple(entry.type.shape) if isinstance(entry, Value) else tuple(np.shape(entry))
 
@@ -179,5 +189,5 @@ def check_fold_size(shape, itemsize: int) -> None:
         raise Unsupported("constant", f"a {list(shape)} constant ({nbytes} bytes) is over the folding budget of {FOLD_BUDGET_BYTES}")
 
 
-__all__ = ["TranslationContext", "Unsupported", "element_of", "element_of_dtype", "fake_value", "op_name", "shape_of", "source_location",
+__all__ = ["TranslationContext", "array_tensor", "Unsupported", "element_of", "element_of_dtype", "fake_value", "op_name", "shape_of", "source_location",
            "static_shape", "TORCH_ELEMENT_TYPES"]

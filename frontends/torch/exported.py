@@ -19,7 +19,8 @@ def import_exported(program: "torch.export.ExportedProgram") -> ImportedGraph:
     from torch.export.graph_signature import InputKind
 
     program = program.run_decompositions(decompositions())
-    missing = unsupported_nodes(program.graph)
+    state = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind != InputKind.USER_INPUT]
+    missing = unsupported_nodes(program.graph, state)
     if missing:
         raise Unsupported(", ".join(u.op for u in missing), "no translation to the tensor dialect", missing[0].location)
     constants: dict[str, np.ndarray] = {}

@@ -28,6 +28,7 @@ from fusecc.frontends.torch import ops_elementwise, ops_nn, ops_shape  # noqa: F
 from fusecc.frontends.torch.context import (
     TranslationContext,
     Unsupported,
+    array_tensor,
     check_fold_size,
     element_of_dtype,
     fake_value,
@@ -63,16 +64,17 @@ def input_problems(graph: torch.fx.Graph) -> list[Unsupported]:
     return []
 
 
-def unsupported_nodes(graph: torch.fx.Graph) -> list[Unsupported]:
+def unsupported_nodes(graph: torch.fx.Graph, constants=()) -> list[Unsupported]:
     """Why the graph cannot be translated whole, before any work: an input
     problem (then only that: the ops on symbolic sizes need no second
     reason), else each op type without a translation, once. Nodes computed
-    from constants alone (arange, full, ...) fold at import time and need none."""
+    from constants alone (arange, full, ..., and the placeholders named in
+    `constants`) fold at import time and need none."""
     problems = input_problems(graph)
     if problems:
         return problems
     found: dict[str, Unsupported] = {}
-    known = constant_nodes(graph)
+    known = constant_nodes(graph, constants)
     for node in graph.nodes:
         if node.op != "call_function" or node in known:
             continue
@@ -118,6 +120,7 @@ def _import_graph(graph_module, input_names, constants, constant_names) -> Impor
             env[node] = array
             cx.constant_names[id(array)] = ssa[node.name]
     imported = ImportedGraph(func, list(names), [])
+    folder = Folder(graph, env, constants)
     results = []
     for node in graph.nodes:
         cx.at(node)
@@ -127,7 +130,7 @@ def _import_graph(graph_module, input_names, constants, constant_names) -> Impor
             env[node] = tensor_array(getattr_path(graph_module, node.target), node.target)
             cx.constant_names[id(env[node])] = ssa_names([node.target])[0]
         elif node.op == "call_function":
-            env[node] = translate_node(cx, node, env, imported)
+            env[node] = translate_node(cx, node, env, imported, folder)
         elif node.op == "output":
             outputs = node.args[0]
             for i, out in enumerate(outputs if isinstance(outputs, (list, tuple)) else [outputs]):
@@ -149,7 +152,31 @@ def _import_graph(graph_module, input_names, constants, constant_names) -> Impor
     return imported
 
 
-def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGraph):
+class Folder:
+    """Values of the nodes computed from constants alone, evaluated by torch
+    when asked: a node of that kind without a translation (cos of a frozen
+    rotary buffer) folds, though its inputs were translated to keep the
+    weights named (a frozen weight's transpose stays `tensor.transpose`)."""
+
+    def __init__(self, graph: torch.fx.Graph, env: dict, constants):
+        self.known = constant_nodes(graph, constants)
+        self.env = env
+        self.values: dict = {}
+
+    def foldable(self, node) -> bool:
+        return node in self.known
+
+    def value(self, node):
+        entry = self.env.get(node)
+        if isinstance(entry, np.ndarray):
+            return entry
+        if node not in self.values:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), self.value)
+            self.values[node] = fold(node, args, kwargs)
+        return self.values[node]
+
+
+def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGraph, folder: Folder):
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
     if node.target is operator.getitem:
         sequence, index = args
@@ -163,8 +190,11 @@ def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGr
     flat = [x for a in flat for x in (a if isinstance(a, (list, tuple)) else [a])]
     if not any(isinstance(x, Value) for x in flat) and not any(id(x) in cx.constant_names for x in flat):
         imported.folded.append(name)
-        return fold(cx, node, args, kwargs)
+        return fold(node, args, kwargs)
     handler = handler_for(name)
+    if handler is None and folder.foldable(node):
+        imported.folded.append(name)
+        return folder.value(node)
     if handler is None:
         raise cx.unsupported("no translation to the tensor dialect")
     result = handler(cx, args, kwargs)
@@ -180,9 +210,9 @@ def erase_unused(func) -> None:
             op.erase()
 
 
-def fold(cx, node, args, kwargs):
+def fold(node, args, kwargs):
     """Evaluate a node whose inputs are all known, with torch itself."""
-    to_torch = lambda x: torch.from_numpy(x) if isinstance(x, np.ndarray) else x  # noqa: E731
+    to_torch = lambda x: array_tensor(x) if isinstance(x, np.ndarray) else x  # noqa: E731
     args, kwargs = torch.utils._pytree.tree_map(to_torch, (args, kwargs))
     val = fake_value(node)
     if isinstance(val, torch.Tensor):
@@ -216,11 +246,16 @@ def placeholder_type(node) -> TensorType:
 
 
 def tensor_array(t: torch.Tensor, what: str) -> np.ndarray:
-    t = t.detach()
+    """The tensor as an array; bfloat16 as ml_dtypes' bfloat16 (numpy has none)."""
+    t = t.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
-        raise Unsupported("constant", f"{what} is a bfloat16 constant (numpy has no bfloat16; not supported yet)")
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise Unsupported("constant", f"{what} is a bfloat16 constant, which needs ml_dtypes (pip install ml-dtypes)") from None
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     element_of_dtype(t.dtype, what)
-    return t.cpu().contiguous().numpy()
+    return t.numpy()
 
 
 def getattr_path(module, target: str):

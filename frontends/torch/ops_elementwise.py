@@ -138,6 +138,20 @@ def translate_cast(cx, args, kwargs):
     return cx.cast(args[0], cx.result_type().element_type)
 
 
+@translation("aten.full_like", "aten.zeros_like", "aten.ones_like", "aten.empty_like")
+def translate_full_like(cx, args, kwargs):
+    """A tensor of one value shaped like its input (only the input's shape
+    matters): the value broadcast, no constant of the full size."""
+    name = packet(cx)
+    value = {"aten.zeros_like": 0, "aten.ones_like": 1, "aten.empty_like": 0}.get(name)
+    if value is None:
+        value = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
+    if isinstance(value, (Value, np.ndarray)):
+        raise cx.unsupported("a fill value that is a tensor")
+    result = cx.result_type()
+    return cx.emit(T.BroadcastToOp, [cx.scalar(value, result.element_type)], result_type=result)
+
+
 @translation("aten.clone", "aten.alias", "aten.detach", "aten.contiguous", "aten.lift_fresh_copy", "aten.dropout")
 def translate_identity(cx, args, kwargs):
     if packet(cx) == "aten.dropout" and (kwargs.get("train", args[2] if len(args) > 2 else False)):

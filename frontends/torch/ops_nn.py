@@ -104,6 +104,27 @@ def translate_reduce(cx, args, kwargs):
     return cx.emit(REDUCE[f"{target.namespace}.{target._opname}"], [cx.cast(x, element)], {"axes": axes, "keepdims": bool(keepdim)})
 
 
+@translation("aten.linalg_vector_norm")
+def translate_vector_norm(cx, args, kwargs):
+    """‖x‖ over `dim` for ord 2 (sqrt of the sum of squares: F.normalize),
+    1 (sum of |x|) and inf (max of |x|)."""
+    x = args[0]
+    order = kwargs.get("ord", args[1] if len(args) > 1 else 2)
+    dims = kwargs.get("dim", args[2] if len(args) > 2 else None)
+    keepdim = kwargs.get("keepdim", args[3] if len(args) > 3 else False)
+    rank = len(shape_of(x))
+    axes = list(range(rank)) if not dims else [axis_of(d, rank) for d in ([dims] if isinstance(dims, int) else dims)]
+    attrs = {"axes": axes, "keepdims": bool(keepdim)}
+    x = cx.cast(x, cx.result_type().element_type)
+    if order == 2:
+        return cx.emit(T.SqrtOp, [cx.emit(T.ReduceSumOp, [cx.emit(T.MulOp, [x, x])], attrs)])
+    if order == 1:
+        return cx.emit(T.ReduceSumOp, [cx.emit(T.AbsOp, [x])], attrs)
+    if order == math.inf:
+        return cx.emit(T.ReduceMaxOp, [cx.emit(T.AbsOp, [x])], attrs)
+    raise cx.unsupported(f"vector norm of order {order} (only 1, 2 and inf are supported)")
+
+
 def attention(cx, q, k, v, mask, causal, scale):
     """softmax(q kᵀ * scale + mask) v; a boolean mask (True = attend) becomes 0 / -inf."""
     element = cx.value(q).type.element_type

@@ -17,18 +17,21 @@ from fusecc.frontends.torch.context import op_name
 from fusecc.frontends.torch.table import handler_for
 
 
-def constant_nodes(graph: torch.fx.Graph) -> set:
-    """Nodes computed from constants alone (they fold at import time)."""
+def constant_nodes(graph: torch.fx.Graph, constants=()) -> set:
+    """Nodes computed from constants alone: attributes, the placeholders named
+    in `constants` (frozen weights) and what only they feed. Such a node
+    needs no translation: without one it is evaluated at import time."""
     known: set = set()
     for node in graph.nodes:
-        if node.op == "get_attr" or node.op == "call_function" and all(n in known for n in node.all_input_nodes):
+        if (node.op == "get_attr" or node.op == "placeholder" and node.name in constants
+                or node.op == "call_function" and all(n in known for n in node.all_input_nodes)):
             known.add(node)
     return known
 
 
 class Translatable(OperatorSupportBase):
-    def __init__(self, graph: torch.fx.Graph):
-        self.known = constant_nodes(graph)
+    def __init__(self, graph: torch.fx.Graph, constants=()):
+        self.known = constant_nodes(graph, constants)
 
     def is_node_supported(self, submodules, node) -> bool:
         if node.op != "call_function":
@@ -41,10 +44,12 @@ class Translatable(OperatorSupportBase):
         return handler_for(op_name(node)) is not None
 
 
-def split_translatable(graph_module: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[str]]:
+def split_translatable(graph_module: torch.fx.GraphModule, constants=()) -> tuple[torch.fx.GraphModule, list[str]]:
     """`graph_module` with its translatable islands as submodules (the module
-    is changed in place), and their names; no islands: ([], unchanged)."""
-    partitioner = CapabilityBasedPartitioner(graph_module, Translatable(graph_module.graph), allows_single_node_partition=False)
+    is changed in place), and their names; no islands: ([], unchanged).
+    `constants`: names of placeholders frozen to their values."""
+    support = Translatable(graph_module.graph, constants)
+    partitioner = CapabilityBasedPartitioner(graph_module, support, allows_single_node_partition=False)
     partitions = partitioner.propose_partitions()
     if not partitions:
         return graph_module, []

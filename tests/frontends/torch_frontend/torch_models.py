@@ -120,3 +120,116 @@ class OpZoo(nn.Module):
         flags = (x >= 0.0).to(torch.float32) + (y <= 0.0).float()
         picked = c.select(1, 2).unsqueeze(-1) + c[:, 1:4].mean(dim=1, keepdim=True)
         return torch.log_softmax(stats + flags + picked, dim=-1), torch.maximum(x, y) - torch.minimum(x, y).pow(3.0)
+
+
+class GPT2Block(nn.Module):
+    """GPT-2 as Hugging Face writes it: Conv1D projections (x @ W + b, so
+    addmm with an untransposed weight), a causal mask kept as a boolean
+    buffer and applied with where, the tanh GELU, pre-norm LayerNorm."""
+
+    def __init__(self, hidden=64, heads=4, max_len=32):
+        super().__init__()
+        self.heads, self.head = heads, hidden // heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.c_attn_w, self.c_attn_b = nn.Parameter(0.1 * torch.randn(hidden, 3 * hidden)), nn.Parameter(0.1 * torch.randn(3 * hidden))
+        self.c_proj = nn.Linear(hidden, hidden)
+        self.c_fc, self.mlp_proj = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        self.register_buffer("bias", torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)).view(1, 1, max_len, max_len), persistent=False)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        qkv = torch.addmm(self.c_attn_b, x.view(-1, h), self.c_attn_w).view(b, s, 3 * h)
+        q, k, v = (t.view(b, s, self.heads, self.head).permute(0, 2, 1, 3) for t in qkv.split(h, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / torch.full([], self.head ** 0.5, dtype=x.dtype)
+        causal = self.bias[:, :, :s, :s]
+        scores = torch.where(causal, scores, torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype))
+        attn = torch.matmul(nn.functional.softmax(scores, dim=-1), v)
+        x = x + self.c_proj(attn.permute(0, 2, 1, 3).contiguous().view(b, s, h))
+        return x + self.mlp_proj(nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    """Token and learned position embeddings, GPT-2 blocks, a final LayerNorm
+    and the language-model head tied to the token embedding."""
+
+    def __init__(self, vocab=128, hidden=64, heads=4, layers=2, max_len=32):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(max_len, hidden)
+        self.h = nn.ModuleList(GPT2Block(hidden, heads, max_len) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(hidden)
+
+    def forward(self, input_ids):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        x = self.wte(input_ids) + self.wpe(positions)
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+class LlamaRMSNorm(nn.Module):
+    """Hugging Face's: the statistics in float32 whatever the model's dtype."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim) + 0.1 * torch.randn(dim))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class LlamaBlock(nn.Module):
+    """LLaMA as Hugging Face writes it: rotary tables from position ids,
+    grouped-query attention (the key/value heads repeated: expand + reshape),
+    scaled_dot_product_attention(is_causal=True), SwiGLU."""
+
+    def __init__(self, hidden=64, heads=4, kv_heads=2, ff=96):
+        super().__init__()
+        self.heads, self.kv_heads, self.head = heads, kv_heads, hidden // heads
+        self.input_layernorm, self.post_attention_layernorm = LlamaRMSNorm(hidden), LlamaRMSNorm(hidden)
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj, self.v_proj = (nn.Linear(hidden, kv_heads * self.head, bias=False) for _ in range(2))
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.gate_proj, self.up_proj = nn.Linear(hidden, ff, bias=False), nn.Linear(hidden, ff, bias=False)
+        self.down_proj = nn.Linear(ff, hidden, bias=False)
+
+    def repeat_kv(self, x):
+        b, kv, s, d = x.shape
+        groups = self.heads // kv
+        return x[:, :, None, :, :].expand(b, kv, groups, s, d).reshape(b, kv * groups, s, d)
+
+    def forward(self, x, cos, sin):
+        b, s, h = x.shape
+        y = self.input_layernorm(x)
+        q = self.q_proj(y).view(b, s, self.heads, self.head).transpose(1, 2)
+        k, v = (p(y).view(b, s, self.kv_heads, self.head).transpose(1, 2) for p in (self.k_proj, self.v_proj))
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        attn = nn.functional.scaled_dot_product_attention(q, self.repeat_kv(k), self.repeat_kv(v), is_causal=True)
+        x = x + self.o_proj(attn.transpose(1, 2).reshape(b, s, h))
+        y = self.post_attention_layernorm(x)
+        return x + self.down_proj(nn.functional.silu(self.gate_proj(y)) * self.up_proj(y))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab=128, hidden=64, heads=4, kv_heads=2, ff=96, layers=2):
+        super().__init__()
+        self.head = hidden // heads
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(LlamaBlock(hidden, heads, kv_heads, ff) for _ in range(layers))
+        self.norm = LlamaRMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, self.head, 2, dtype=torch.float32) / self.head)), persistent=False)
+
+    def forward(self, input_ids):
+        x = self.embed_tokens(input_ids)
+        positions = torch.arange(input_ids.shape[1]).unsqueeze(0).float()
+        angles = (self.inv_freq.float()[None, :, None] @ positions[:, None, :]).transpose(1, 2)  # float32 in every dtype, as HF does
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
