@@ -45,6 +45,7 @@ class PassContext:
     diagnostics: DiagnosticEngine = dataclasses.field(default_factory=DiagnosticEngine)
     target: str = "cpu"
     explain: bool = False
+    allow_tf32: bool = False  # f32 matmuls may run on TF32 tensor cores (--allow-tf32, docs/cuda-tensor-cores.md)
     statistics: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -25,6 +25,7 @@ class CudaSimTarget(Target):
     def __init__(self, gpu: str = "h200", sanitize: bool = False):
         self.gpu = gpu  # the GPU the code is tuned for (fusion, tiling, manifest's arch)
         self.sanitize = sanitize  # run under the harness's sanitizer (cpu_harness/sanitizer.py)
+        self.allow_tf32 = False  # f32 matmuls on TF32 tensor cores (--allow-tf32)
 
     def available(self) -> str | None:
         if shutil.which("c++") is None and shutil.which("g++") is None:
@@ -40,7 +41,7 @@ class CudaSimTarget(Target):
         from fusecc.runtime.cuda.execute import run_on_cpu
 
         arch = GPU_ARCH[self.gpu]
-        cuda = lower_to_cuda(module, arch, PassContext(diagnostics=engine, target=self.gpu))
+        cuda = lower_to_cuda(module, arch, PassContext(diagnostics=engine, target=self.gpu, allow_tf32=self.allow_tf32))
         try:
             manifest = build_manifest(module, cuda, "kernels.cu", arch, entry)
         except EmitError as exc:

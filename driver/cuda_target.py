@@ -50,6 +50,7 @@ def compile_program(module: Operation, entry: str | None = None, arch: str = "sm
 
 class CudaTarget(Target):
     name = "cuda"
+    allow_tf32 = False  # f32 matmuls on TF32 tensor cores (--allow-tf32)
 
     def available(self) -> str | None:
         reason = gpu_unavailable_reason()
@@ -64,7 +65,7 @@ class CudaTarget(Target):
         from fusecc.runtime.cuda.runtime import CudaRuntime
 
         runtime = CudaRuntime()
-        context = PassContext(diagnostics=engine, target=ARCH_HARDWARE.get(runtime.arch, "h200"))
+        context = PassContext(diagnostics=engine, target=ARCH_HARDWARE.get(runtime.arch, "h200"), allow_tf32=self.allow_tf32)
         source, manifest = compile_program(module, entry, runtime.arch, context)
         program = runtime.prepare(manifest, source)
 

@@ -119,8 +119,11 @@ class Program:
         self._hardware = options.pop("hardware", None) or {"cpu": "cpu", "reference": "cpu"}.get(target, "h200")
         entry = options.pop("entry", None)
         resources = options.pop("resources", None)
+        self._allow_tf32 = bool(options.pop("allow_tf32", False))  # CUDA code: f32 matmuls on TF32 tensor cores
         if options:
-            raise UsageError(f"unknown option{'s' * (len(options) > 1)} {', '.join(sorted(options))}; known: entry, threads, hardware, lossy, resources")
+            raise UsageError(f"unknown option{'s' * (len(options) > 1)} {', '.join(sorted(options))}; known: entry, threads, hardware, lossy, resources, allow_tf32")
+        if self._allow_tf32 and target == "reference":
+            raise UsageError("allow_tf32 changes the CUDA code of f32 matmuls; the reference target compiles nothing")
         if target not in TARGETS:
             raise UsageError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
         self.stats = Stats()
@@ -183,7 +186,7 @@ class Program:
             from fusecc.runtime.cuda.runtime import CudaRuntime
 
             runtime = CudaRuntime()
-            context = PassContext(diagnostics=self._engine, target=ARCH_HARDWARE.get(runtime.arch, "h200"))
+            context = PassContext(diagnostics=self._engine, target=ARCH_HARDWARE.get(runtime.arch, "h200"), allow_tf32=self._allow_tf32)
             source, manifest = compile_program(self.module.clone(), self.entry, runtime.arch, context)
             launch = runtime.prepare(manifest, source)
             self._cuda_source, self._manifest = source, manifest
@@ -280,7 +283,7 @@ class Program:
         hardware = "cpu" if level == "llvm" else ("h200" if self._hardware == "cpu" and level == "cuda" else self._hardware)
         module = self.module.clone()
         with self._located():
-            run_pipeline(parse_pipeline(pipeline_for_level(level, target=hardware)), module, PassContext(diagnostics=self._engine, target=hardware))
+            run_pipeline(parse_pipeline(pipeline_for_level(level, target=hardware)), module, PassContext(diagnostics=self._engine, target=hardware, allow_tf32=self._allow_tf32))
             emitter = EMIT_LEVELS[level].emitter
             return emitter(module, EmitOptions()).text if emitter else print_op(module)
 
@@ -294,6 +297,8 @@ def compile(model, target: str = "cpu", shapes: Mapping[str, tuple[int, ...]] | 
     ("cpu", "cuda" or "reference"). `shapes` fixes an ONNX model's symbolic
     input dims ({"input_ids": (1, 128)}). `options`: entry (function name),
     threads (CPU), hardware (the fusion cost model: cpu, h200, a100),
+    allow_tf32 (CUDA code: f32 matmuls may use TF32 tensor cores, inputs
+    rounded to a 10-bit mantissa; docs/cuda-tensor-cores.md),
     lossy ("warn", "error" or "allow": inputs whose conversion changes values),
     resources (the file behind a .ir's `dense_resource`s, instead of the one
     the module names; it may lie outside the model's folder)."""

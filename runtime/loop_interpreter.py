@@ -24,6 +24,7 @@ from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, i1
 from fusecc.dialects.loop import ShapeMismatch, concrete_type, evaluate_size
 
+from fusecc.dialects.nvgpu import WARP, mma_reference
 from fusecc.dialects.tensor.numerics import power
 from fusecc.runtime.reference import InterpreterError, erf as erf_array, round_bf16, to_storage
 
@@ -186,6 +187,26 @@ def _write(buffer: np.ndarray, indices, value, t: MemRefType) -> None:
         buffer[indices] = value
 
 
+def warp_mma(requests: dict[int, tuple], where: Operation) -> dict[int, list]:
+    """The D fragments each lane gets from `nvgpu.mma_sync` (whole warps
+    only: dialects/nvgpu.py gives the fragment tables and the numerics)."""
+    out: dict[int, list] = {}
+    for first in sorted({t - t % WARP for t in requests}):
+        lanes = [requests.get(first + lane) for lane in range(WARP)]
+        if any(r is None for r in lanes):
+            raise InterpreterError(f"nvgpu.mma_sync at {where.location} reached by a partial warp (threads {first}..{first + WARP - 1})")
+        mma = lanes[0][2]
+        if any(r[2] is not mma for r in lanes):
+            raise InterpreterError(f"the lanes of warp {first // WARP} wait at different nvgpu.mma_sync ops at {where.location}")
+        f = mma.fragments_table
+        values = np.array([[float(v) for v in r[1]] for r in lanes], dtype=np.float32)
+        a, b, c = values[:, : f.a_count], values[:, f.a_count : f.a_count + f.b_count], values[:, f.a_count + f.b_count :]
+        d = mma_reference(mma.attr("kind"), a, b, c)
+        for lane in range(WARP):
+            out[first + lane] = [np.float32(x) for x in d[lane]]
+    return out
+
+
 def _check_bounds(op: Operation, indices: tuple, shape: tuple) -> None:
     for axis, (i, d) in enumerate(zip(indices, shape)):
         if not 0 <= i < d:
@@ -278,6 +299,8 @@ class LoopInterpreter:
                     yield BARRIER
             elif name == "loop.shuffle_xor":
                 env[op.result] = yield ("shuffle", env[op.value], op.offset)
+            elif name == "nvgpu.mma_sync":
+                env.update(zip(op.results, (yield ("mma", [env[v] for v in op.operands], op))))
             else:
                 self.run_plain(op, env)
         return []
@@ -332,7 +355,9 @@ class LoopInterpreter:
             kinds = {r[0] for r in requests.values()}
             if len(kinds) != 1:
                 raise InterpreterError(f"divergent control flow at {op.location}: threads wait at both a barrier and a shuffle")
-            if kinds == {"shuffle"}:
+            if kinds == {"mma"}:
+                replies.update(warp_mma(requests, op))
+            elif kinds == {"shuffle"}:
                 offsets = {r[2] for r in requests.values()}
                 if len(offsets) != 1:
                     raise InterpreterError(f"threads shuffle with different offsets at {op.location}")

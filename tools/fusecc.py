@@ -73,7 +73,7 @@ def compile_parser() -> argparse.ArgumentParser:
     model_options.add_frontend_options(p)
     p.add_argument("-o", dest="output", default=None, help="output file (default stdout; CUDA C's manifest is written only beside -o)")
     p.add_argument("--emit", choices=list(EMIT_LEVELS), default=None, help="print the program at this level (default: cuda, or llvm with --target cpu)")
-    add_target_options(p, "the code generator: cuda (CUDA C, the default) or cpu (LLVM IR); cuda-sim compiles as cuda", COMPILE_TARGETS)
+    add_target_options(p, "the code generator: cuda (CUDA C, the default) or cpu (LLVM IR); cuda-sim compiles as cuda", COMPILE_TARGETS, tf32=True)
     p.add_argument("--print-debuginfo", "--mlir-print-debuginfo", action="store_true", help="print locations with an IR level of --emit")
     p.add_argument("--resource-usage", action="store_true", help="print registers and spills per CUDA kernel")
     return p
@@ -110,7 +110,7 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     module = load(args.input, engine, args)
     if not (EMIT_LEVELS[level].from_loops and is_loop_level(module)):
         pipeline = parse_pipeline(pipeline_for_level(level, target=choice.hardware, arch=choice.arch))
-        run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=choice.hardware))
+        run_pipeline(pipeline, module, PassContext(diagnostics=engine, target=choice.hardware, allow_tf32=choice.allow_tf32))
     emitter = EMIT_LEVELS[level].emitter
     if emitter is None:
         write_output(args.output, print_op(module, debuginfo=args.print_debuginfo))
@@ -134,7 +134,7 @@ def run_parser() -> argparse.ArgumentParser:
     model_options.add_frontend_options(p)
     p.add_argument("--inputs", default=None, help=".npz with the arguments, by name (x for %%x) or as arg0, arg1, ...")
     p.add_argument("-o", dest="output", default=None, help=".npz to write result0, result1, ... (default: print a summary)")
-    add_target_options(p, "where to run: reference (the interpreter), cpu, cuda (a GPU), cuda-sim (the CUDA C on this CPU); default: cuda with a GPU, else cpu")
+    add_target_options(p, "where to run: reference (the interpreter), cpu, cuda (a GPU), cuda-sim (the CUDA C on this CPU); default: cuda with a GPU, else cpu", tf32=True)
     p.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
     p.add_argument("--random-inputs", action="store_true", help="fill the inputs missing from --inputs with seeded random data (says which)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
@@ -204,6 +204,8 @@ def run_target(args, loop_level: bool):
     if loop_level:
         if args.gpu or args.arch:
             raise UsageError("this program is at the loop level already, tuned when it was lowered; --gpu/--arch would be ignored")
+        if choice.allow_tf32:
+            raise UsageError("this program is at the loop level already, its matmuls lowered; --allow-tf32 would be ignored")
         return targets.get_loop_level(choice.name or None)
     if args.sanitize and choice.name != "cuda-sim":
         raise UsageError("--sanitize checks the CUDA C on the CPU harness: give --target cuda-sim")
@@ -211,6 +213,8 @@ def run_target(args, loop_level: bool):
     if choice.name == "cuda-sim":
         target.gpu = choice.gpu  # the CUDA C is tuned for this GPU, then run on the CPU
         target.sanitize = args.sanitize
+    if choice.allow_tf32:
+        target.allow_tf32 = True  # the GPU targets' PassContext (f32 matmuls on TF32 tensor cores)
     return target
 
 
@@ -301,7 +305,7 @@ def _counters_report(args, engine: DiagnosticEngine) -> int:
     rng = np.random.default_rng(0)
     inputs = [random_input(t, rng) for t in func.function_type.inputs]
     with phase("the code generator"):
-        cuda = lower_to_cuda(module, choice.arch, PassContext(diagnostics=engine, target=choice.hardware))
+        cuda = lower_to_cuda(module, choice.arch, PassContext(diagnostics=engine, target=choice.hardware, allow_tf32=choice.allow_tf32))
         manifest = build_manifest(module, cuda, "kernels.cu", choice.arch, func.sym_name)
     with phase("the counters"):
         rows = kernel_counters(cuda, manifest, inputs, hardware)

@@ -4,6 +4,8 @@
                                              or which code generator it is compiled for
     --gpu {h200,a100}                        the GPU that fusion and tiling are tuned for
     --arch {sm_90,sm_80}                     the same GPU, named by its CUDA architecture
+    --allow-tf32                             f32 matmuls may run on TF32 tensor cores (inputs
+                                             rounded to a 10-bit mantissa; docs/cuda-tensor-cores.md)
 
 `cuda-sim` is the CUDA C of `cuda`, run on this CPU by the harness in
 runtime/cuda/cpu_harness, so its code is the GPU's (tuned for --gpu).
@@ -35,6 +37,7 @@ class TargetChoice:
 
     name: str  # one of EXECUTION_TARGETS (or a registered run target)
     gpu: str | None  # h200 or a100 for the GPU targets; None for cpu and reference
+    allow_tf32: bool = False  # f32 matmuls may use TF32 tensor cores (GPU targets only)
 
     @property
     def hardware(self) -> str:
@@ -50,13 +53,17 @@ class TargetChoice:
         return self.gpu is not None
 
 
-def add_target_options(parser: argparse.ArgumentParser, where: str, targets: tuple[str, ...] = EXECUTION_TARGETS) -> None:
+def add_target_options(parser: argparse.ArgumentParser, where: str, targets: tuple[str, ...] = EXECUTION_TARGETS, tf32: bool = False) -> None:
     """--target (validated later, so that a run target registered by a plugin
-    is accepted), --gpu and --arch. `where` completes --target's help."""
+    is accepted), --gpu and --arch; --allow-tf32 for the commands that
+    generate CUDA C (`tf32`). `where` completes --target's help."""
     group = parser.add_argument_group("target")
     group.add_argument("--target", default=None, metavar="{" + ",".join(targets) + "}", help=where)
     group.add_argument("--gpu", choices=tuple(GPU_ARCH), default=None, help=f"the GPU to tune for (default {DEFAULT_GPU}); GPU targets only")
     group.add_argument("--arch", choices=tuple(ARCH_GPU), default=None, help="the same, by CUDA architecture (sm_90: h200, sm_80: a100)")
+    if tf32:
+        group.add_argument("--allow-tf32", action="store_true", help="f32 matmuls may run on TF32 tensor cores: inputs rounded to a 10-bit mantissa "
+                           "(relative error ~1e-3; docs/cuda-tensor-cores.md); GPU targets only")
     group.add_argument("--shape-hint", default=None, metavar="B=8,S=128",
                        help="sizes the cost models assume for dynamic ('?') dims; never changes results (docs/dynamic-shapes.md)")
 
@@ -85,6 +92,7 @@ def resolve_target(args, tool: str, allowed: tuple[str, ...] | None, default: st
     and the GPU flags must then be absent too); `allowed` None leaves the name
     to the caller's registry (`fusecc run`'s targets)."""
     name, gpu = args.target, args.gpu
+    allow_tf32 = getattr(args, "allow_tf32", False)
     _apply_shape_hints(getattr(args, "shape_hint", None))
     if name in GPU_ARCH:  # the old meaning of --target: hardware
         if gpu not in (None, name):
@@ -99,12 +107,14 @@ def resolve_target(args, tool: str, allowed: tuple[str, ...] | None, default: st
     if name is None:
         if gpu is not None:
             raise UsageError("--gpu and --arch tune GPU code; give --target cuda or cuda-sim with them")
+        if allow_tf32:
+            raise UsageError("--allow-tf32 changes GPU code; give --target cuda or cuda-sim with it")
         return TargetChoice("", None)
     if allowed is not None and name not in allowed:
         raise UsageError(f"unknown target '{name}' for {tool}; choose one of {', '.join(allowed)}{suggest(name, allowed)}")
     if name in GPU_TARGETS:
-        return TargetChoice(name, gpu or DEFAULT_GPU)
-    if gpu is not None:
-        flag = "--arch" if args.arch is not None else "--gpu"
-        raise UsageError(f"{flag} tunes GPU code; it has no effect with --target {name}")
+        return TargetChoice(name, gpu or DEFAULT_GPU, allow_tf32)
+    if gpu is not None or allow_tf32:
+        flag = "--allow-tf32" if gpu is None else "--arch" if args.arch is not None else "--gpu"
+        raise UsageError(f"{flag} {'changes' if gpu is None else 'tunes'} GPU code; it has no effect with --target {name}")
     return TargetChoice(name, None)

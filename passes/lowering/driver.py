@@ -43,6 +43,7 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp, YieldOp
 
 from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, LoweredGroup, memref_for
+from fusecc.passes.lowering.matmul_mma import ALLOW_TF32
 from fusecc.passes.lowering.scalar_emitter import LoweringError
 from fusecc.passes.lowering.share_kernels import structural_key
 from fusecc.passes.tiling.geometry import REGISTERS, SHARED_MEMORY
@@ -107,9 +108,10 @@ class Names:
 
 
 class FunctionLowering:
-    def __init__(self, func: F.FuncOp, hw: Hardware, names: Names):
+    def __init__(self, func: F.FuncOp, hw: Hardware, names: Names, allow_tf32: bool = False):
         self.func = func
         self.hw = hw
+        self.allow_tf32 = allow_tf32
         self.names = names
         inputs = [memref_for(t) for t in func.function_type.inputs]
         outputs = [memref_for(t) for t in func.function_type.results]
@@ -184,6 +186,8 @@ class FunctionLowering:
         fn = TEMPLATES.get(kind)
         if fn is None:
             raise RuntimeError(f"no kernel template for group {group.attr('id')} of kind '{kind}' at {group.location} (registered: {', '.join(sorted(TEMPLATES))})")
+        if self.allow_tf32 and kind == "matmul":  # the matmul template may then pick TF32 tensor cores (matmul_mma.py)
+            group.attributes[ALLOW_TF32] = A.BoolAttr(True)
         # A group identical to one lowered before (the same layer again)
         # launches that group's kernels: templates see only the group.
         key = structural_key(group, ("id",))
@@ -264,9 +268,11 @@ class LowerToLoops(Pass):
     anchor = "builtin.module"
 
     target: str = ""  # the hardware to lower for; "" takes the context's
+    allow_tf32: bool = False  # f32 matmuls may use TF32 tensor cores (or the context's allow_tf32)
 
     def run(self, module: Operation, context: PassContext) -> None:
         hw = pass_hardware(self, module, context)
+        allow_tf32 = self.allow_tf32 or context.allow_tf32
         load_templates()
         functions = [op for op in module.body if isinstance(op, F.FuncOp)]
         names = Names(op.attr("sym_name") for op in module.body if op.attributes.get("sym_name") is not None)
@@ -277,7 +283,7 @@ class LowerToLoops(Pass):
                 if isinstance(op, GroupOp) and op.attr("id") is None:
                     op.attributes["id"] = A.IntegerAttr(next(counter))
         for f in functions:
-            lowering = FunctionLowering(f, hw, names)
+            lowering = FunctionLowering(f, hw, names, allow_tf32)
             lowering.run(lambda: next(counter))
             for kernel in lowering.kernels:
                 module.body.insert_before(kernel, f)

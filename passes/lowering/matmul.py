@@ -69,6 +69,7 @@ from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
 from fusecc.passes.lowering.kernel_builder import Part, ceil_div, dispatch
 from fusecc.passes.lowering.kernel_writer import KernelWriter
+from fusecc.passes.lowering.matmul_mma import lower_matmul_mma, mma_kind
 from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
 from fusecc.passes.tiling.contractions import (
     MAX_SPECIALISED_COPIES,
@@ -293,6 +294,9 @@ def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     problem = MatmulProblem.of(group)
     if not hardware.is_gpu:
         return lower_matmul_cpu(group, problem, cpu_matmul_tiles(group, problem, hardware), hardware)
+    kind = mma_kind(group, problem, hardware)  # tensor cores: f16/bf16 (and f32 under --allow-tf32) on sm_80+
+    if kind is not None:
+        return lower_matmul_mma(group, problem, kind, hardware)
     writer = lower_matmul_gpu(group, problem, gpu_matmul_tiles(group, problem, hardware), hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 

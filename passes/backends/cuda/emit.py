@@ -29,6 +29,7 @@ from fusecc.compiler.types import MemRefType, ScalarType, index
 from fusecc.dialects import loop
 from fusecc.passes.backends.cuda.c_text import C_STORAGE, STORE_CONVERSION, c_identifier, constant_array, float_literal, is_reduced_float, unique_global
 from fusecc.passes.backends.cuda.kernel import EmitError, KernelParam, KernelRenderer
+from fusecc.passes.backends.cuda.mma import prelude_lines as mma_prelude_lines
 from fusecc.passes.backends.cuda.source import prelude_text
 from fusecc.passes.lowering.buffer_facts import Place, base_buffer, baked_constants, buffer_places, is_bakeable, restrict_safe_params, schedule_constant
 
@@ -199,6 +200,7 @@ def render_cuda(module: Operation, source_name: str | None = None) -> CudaSource
     lines += prelude_text().rstrip("\n").split("\n")
     if narrow or any(is_reduced_float(op.source.type.element_type) for op in copies):
         lines += PRELUDE_REDUCED_FLOAT.rstrip("\n").split("\n")
+    lines += mma_prelude_lines(set().union(*(em.mma_kinds for em in emitters)) if emitters else set())
     if data_lines:
         lines += [""] + data_lines
     infos = []

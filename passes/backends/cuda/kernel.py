@@ -46,6 +46,7 @@ from fusecc.passes.backends.cuda.c_text import (
     is_reduced_float,
     unique_global,
 )
+from fusecc.passes.backends.cuda.mma import render_mma
 from fusecc.passes.backends.cuda.op_table import CODE_FOR_OP
 from fusecc.passes.backends.table import handler_for
 from fusecc.passes.lowering.barriers import in_thread_loop
@@ -213,6 +214,7 @@ class KernelRenderer:
         self.shared_layout, self.static_shared, self.dynamic_shared = plan_shared(kernel)
         self.narrow_types: set[ScalarType] = set()  # f16/bf16 types the kernel uses (the prelude's conversions)
         self.written = written_buffers(kernel)
+        self.mma_kinds: set[str] = set()  # nvgpu.mma_sync kinds used (the prelude's helpers, mma.py)
 
     def is_constant(self, buffer: Value) -> bool:
         """Whether `buffer` is constant data (kept as f32 for f16/bf16)."""
@@ -484,4 +486,5 @@ class KernelRenderer:
         "loop.view": render_view,
         "loop.load": render_load,
         "loop.store": render_store,
+        "nvgpu.mma_sync": render_mma,
     }

@@ -587,13 +587,13 @@ inline float bf16_bits_to_float(unsigned short bits) {
 
 struct __align__(2) __half {
   unsigned short __x;
-  __half() = default;
+  constexpr __half() : __x(0) {}  // constant-initialised: a static thread_local array (CPU __shared__) needs no TLS guard
   __half(float x) : __x(fusecc_cpu::float_to_half_bits(x)) {}
   operator float() const { return fusecc_cpu::half_bits_to_float(__x); }
 };
 struct __align__(2) __nv_bfloat16 {
   unsigned short __x;
-  __nv_bfloat16() = default;
+  constexpr __nv_bfloat16() : __x(0) {}  // constant-initialised: a static thread_local array (CPU __shared__) needs no TLS guard
   __nv_bfloat16(float x) : __x(fusecc_cpu::float_to_bf16_bits(x)) {}
   operator float() const { return fusecc_cpu::bf16_bits_to_float(__x); }
 };
@@ -610,6 +610,9 @@ inline __nv_bfloat16 __float2bfloat16_rn(float x) { return __nv_bfloat16(x); }
 inline float __bfloat162float(__nv_bfloat16 x) { return float(x); }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 x) { return x.__x; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short bits) { __nv_bfloat16 h; h.__x = bits; return h; }
+
+// Tensor cores: mma.sync, emulated with the PTX fragment tables.
+#include "cuda_cpu_mma.h"
 
 // --------------------------------------------------------------------------- launching
 

@@ -16,6 +16,7 @@ from fusecc.compiler.types import TensorType, f16, f32
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.lowering.attention import AttentionProblem, attention_tiles, gpu_attention_resources
+from fusecc.passes.lowering.matmul_mma import choose_mma_tiles, mma_kind, mma_resources
 from fusecc.passes.lowering.matmul import MatmulProblem, gpu_matmul_resources, gpu_matmul_tiles
 from fusecc.driver import cuda_level
 from fusecc.passes.backends.cuda.emit import emit_cuda
@@ -63,6 +64,9 @@ def estimate(module) -> int:
     group = next(op for op in module.walk() if isinstance(op, GroupOp))
     if group.attr("kind") == "matmul":
         problem = MatmulProblem.of(group)
+        kind = mma_kind(group, problem, H200)  # tensor cores (matmul_mma.py) have their own estimate
+        if kind is not None:
+            return mma_resources(choose_mma_tiles(problem, H200), kind).registers_per_thread
         return gpu_matmul_resources(gpu_matmul_tiles(group, problem, H200), problem.result.type.element_type).registers_per_thread
     problem = AttentionProblem.of(group)
     return gpu_attention_resources(attention_tiles(group, problem, H200), problem).registers_per_thread

@@ -1,0 +1,243 @@
+"""Matmul groups on tensor cores: warp-level `nvgpu.mma_sync` tiles.
+
+Chosen by `lower_matmul` (matmul.py) for GPU matmuls whose operands are
+both f16 or both bf16 (m16n8k16), or both f32 when TF32 is allowed
+(`--allow-tf32`, the group attribute `allow_tf32`; m16n8k8), on sm_80 and
+newer; everything else stays on the FMA template. Accumulation is f32, and
+the epilogue (bias, activation, residual, cast) is applied to the f32
+accumulators before the single store, as in the FMA template.
+
+    loop.parallel [N/BN, M/BM, batch] (block.x, block.y, block.z)
+      a_tile = alloc shared [BM, BK + pad]  (operand type; k contiguous)
+      b_tile = alloc shared [BN, BK + pad]
+      loop.parallel [32 · WARPS_M · WARPS_N] (thread.x)
+        warp (wm, wn) owns a WM×WN = (BM/WARPS_M)×(BN/WARPS_N) block of the output,
+        FM×FN instruction tiles of 16×8, 4 f32 accumulators each per lane
+        acc = loop.for k0 in 0..K step BK
+          a_tile, b_tile <- A[rows, k0:k0+BK], B[k0:k0+BK, cols]   (all threads, guarded: 0 outside)
+          loop.for kk in 0..BK step K_MMA (unrolled)
+            a_i = a_tile[fragment rows, kk + fragment cols]  for each of FM tiles (PTX table)
+            b_j = b_tile[fragment cols, kk + fragment rows]  for each of FN tiles
+            acc_ij = nvgpu.mma_sync(a_i, b_j, acc_ij)
+        epilogue(acc) -> store at the C fragment's (row, col), guarded at the edges
+
+Both tiles are stored with k contiguous and rows padded by 16 bytes, so the
+fragment reads of a warp (8 groups × 4 lanes, rows 8 apart) fall into 32
+different banks; the zero padding of the guarded staging makes ragged M, N
+and K exact (a product with 0 adds nothing). Which element a lane holds is
+`dialects/nvgpu.py`'s fragment table, read here as an affine function of the
+lane's group (lane / 4) and position in it (lane % 4).
+
+Concatenated operands are cut into spans as in the FMA template
+(`piece_bounds`, `in_span`), so each span's loops read one piece directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusecc.compiler.ir import Value
+from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f32
+from fusecc.dialects.fusion import GroupOp
+from fusecc.dialects.loop import GPU_BLOCK
+from fusecc.dialects.nvgpu import FRAGMENTS, WARP, Fragments, MmaSyncOp
+from fusecc.passes.backends.hardware import Hardware
+from fusecc.passes.lowering.epilogue import Epilogue
+from fusecc.passes.lowering.interface import Launch, LoweredGroup
+from fusecc.passes.lowering.kernel_writer import KernelWriter
+from fusecc.passes.lowering.scalar_emitter import LoweringError
+from fusecc.passes.lowering.spans import in_span, spans, total_tiles
+from fusecc.passes.tiling.contractions import BASE_REGISTERS, KernelResources, resource_problem
+
+# sm_80 (A100) brought bf16 and tf32 mma.sync with f32 accumulators.
+MIN_SM = 80
+ALLOW_TF32 = "allow_tf32"  # the group attribute `lower-to-loops{allow-tf32=true}` sets on matmul groups
+KIND_OF_ELEMENT = {f16: "f16", bf16: "bf16"}
+BLOCK_K = 32
+ROW_PAD_BYTES = 16  # shifts each tile row by 4 banks: a warp's fragment reads are conflict-free
+MAX_GRID_YZ = 65535
+
+
+@dataclass(frozen=True)
+class MmaTiles:
+    """A block's BM×BN output tile, shared by WARPS_M×WARPS_N warps."""
+
+    block_m: int
+    block_n: int
+    warps_m: int
+    warps_n: int
+    block_k: int = BLOCK_K
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps_m * self.warps_n
+
+    @property
+    def warp_m(self) -> int:
+        return self.block_m // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.block_n // self.warps_n
+
+
+# Fullest first; each has 4 or 8 warps (one or two per SM scheduler).
+MMA_TILES = (
+    MmaTiles(128, 128, 2, 4),  # warp 64×32: 4×4 instructions, 64 accumulators per lane
+    MmaTiles(128, 64, 2, 2),  # 64×32
+    MmaTiles(64, 64, 2, 2),  # 32×32: 2×4
+    MmaTiles(32, 32, 2, 2),  # 16×16: 1×2
+)
+
+
+def sm_version(hardware: Hardware) -> int:
+    arch = hardware.arch
+    return int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
+
+
+def mma_kind(group: GroupOp, problem, hardware: Hardware) -> str | None:
+    """The `nvgpu.mma_sync` kind this matmul group runs on, or None (the FMA
+    template): f16 or bf16 operands of one type, or f32 ones where the group
+    allows TF32, on sm_80+, accumulating in f32."""
+    if not hardware.is_gpu or sm_version(hardware) < MIN_SM:
+        return None
+    a, b = problem.lhs.type.element_type, problem.rhs.type.element_type
+    if a is not b or problem.accumulator is not f32:
+        return None
+    if a in KIND_OF_ELEMENT:
+        return KIND_OF_ELEMENT[a]
+    if a is f32 and group.attributes.get(ALLOW_TF32) is not None and group.attr(ALLOW_TF32):
+        return "tf32"
+    return None
+
+
+def choose_mma_tiles(problem, hardware: Hardware) -> MmaTiles:
+    """The fullest tile that still gives every SM a block, else the smallest."""
+    for tiles in MMA_TILES:
+        blocks = -(-problem.m // tiles.block_m) * -(-problem.n // tiles.block_n) * problem.batch_size
+        if blocks >= hardware.sm_count:
+            return tiles
+    return MMA_TILES[-1]
+
+
+def mma_resources(tiles: MmaTiles, kind: str) -> KernelResources:
+    """Registers: the accumulators, one k-step's A and B fragments (packed
+    two to a register for f16/bf16), the base. Shared memory: the two padded
+    tiles in the operand type."""
+    f = FRAGMENTS[kind]
+    fm, fn = tiles.warp_m // f.m, tiles.warp_n // f.n
+    element_bytes = 4 if kind == "tf32" else 2
+    registers = fm * fn * f.c_count + (fm * f.a_count + fn * f.b_count) * element_bytes // 4 + BASE_REGISTERS
+    row = tiles.block_k + ROW_PAD_BYTES // element_bytes
+    return KernelResources(tiles.threads, registers, (tiles.block_m + tiles.block_n) * row * element_bytes)
+
+
+def affine(table, count: int) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """Each fragment element's (row, col) as (constant, ·group, ·position) coefficients:
+    the PTX tables are affine in groupID = lane / 4 and threadID_in_group = lane % 4."""
+    out = []
+    for i in range(count):
+        base, by_group, by_position = table(0, i), table(4, i), table(1, i)
+        out.append(tuple((base[d], by_group[d] - base[d], by_position[d] - base[d]) for d in range(2)))
+    for lane in range(WARP):  # the assumption, checked for every lane
+        for i, coeffs in enumerate(out):
+            expect = tuple(c + (lane >> 2) * g + (lane % 4) * p for c, g, p in coeffs)
+            if expect != tuple(table(lane, i)):
+                raise LoweringError(f"fragment element {i} of lane {lane} is not affine in the lane's group and position")
+    return out
+
+
+def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> LoweredGroup:
+    f: Fragments = FRAGMENTS[kind]
+    tiles = choose_mma_tiles(problem, hardware)
+    refused = resource_problem(mma_resources(tiles, kind), hardware, "tensor-core matmul")
+    if refused is not None:
+        raise LoweringError(refused)
+    element: ScalarType = f32 if kind == "tf32" else problem.lhs.type.element_type
+    w = KernelWriter(group, hardware)
+    epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
+    im = w.im
+    bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
+    fm, fn = tiles.warp_m // f.m, tiles.warp_n // f.n
+    row_length = bk + ROW_PAD_BYTES // element.byte_size
+    bounds = problem.piece_bounds()
+    m_spans, n_spans, k_spans = spans(bounds["m"], bm), spans(bounds["n"], bn), spans(bounds["k"], bk)
+    grid = [total_tiles(n_spans), total_tiles(m_spans)] + ([problem.batch_size] if problem.batch_size > 1 else [])
+    if any(g > MAX_GRID_YZ for g in grid[1:]):
+        raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z")
+    a_at, b_at = affine(f.a, f.a_count), affine(f.b, f.b_count)
+    c_at = affine(f.c, f.c_count)
+
+    def block(col_block: Value, row_block: Value, batch: Value | None = None) -> None:
+        a_tile = w.alloc(MemRefType([bm, row_length], element, "shared"), "a_tile")
+        b_tile = w.alloc(MemRefType([bn, row_length], element, "shared"), "b_tile")
+        bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
+
+        def output_tile(ms, local_row: Value, ns, local_col: Value) -> None:
+            row0 = im.add(im.mul(local_row, im.const(bm)), im.const(ms.start))
+            col0 = im.add(im.mul(local_col, im.const(bn)), im.const(ns.start))
+            w.parallel([tiles.threads], ["thread.x"], lambda t: thread(t, ms, row0, ns, col0), ["t"])
+
+        def thread(t: Value, ms, row0: Value, ns, col0: Value) -> None:
+            warp, lane = im.div(t, WARP), im.rem(t, WARP)
+            group_id, position = im.div(lane, 4), im.rem(lane, 4)
+            warp_row = im.mul(im.div(warp, tiles.warps_n), im.const(tiles.warp_m))
+            warp_col = im.mul(im.rem(warp, tiles.warps_n), im.const(tiles.warp_n))
+
+            def at(coeffs, origin: Value) -> Value:
+                constant, by_group, by_position = coeffs
+                v = im.add(origin, im.const(constant))
+                if by_group:
+                    v = im.add(v, im.mul(group_id, im.const(by_group)))
+                if by_position:
+                    v = im.add(v, im.mul(position, im.const(by_position)))
+                return v
+
+            def stage(tile: Value, operand: Value, is_rhs: bool, k0: Value, ks) -> None:
+                # The block's BK-deep slice of an operand, spread over the threads
+                # in the operand's memory order (coalesced), stored k-contiguous.
+                transposed = problem.op.attr("transpose_b" if is_rhs else "transpose_a")
+                extent, span, origin = (bn, ns, col0) if is_rhs else (bm, ms, row0)
+                k_fastest = transposed == is_rhs
+                for point, inside in w.cooperative(t, tiles.threads, [extent, bk] if k_fastest else [bk, extent]):
+                    r, c = point if k_fastest else point[::-1]
+                    row, k = im.add(origin, r), im.add(k0, c)
+                    guard = w.all_of(inside, span.guard(w, row, extent), ks.guard(w, k, bk))
+                    idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
+                    w.store(w.value_at(operand, idx, guard), tile, [r, c], inside)
+
+            def k_slice(kk: Value, *acc: Value) -> list[Value]:
+                a = [[w.load(a_tile, [at(rc[0], im.add(warp_row, im.const(i * f.m))), at(rc[1], kk)]) for rc in a_at] for i in range(fm)]
+                # B's fragment rows are k, its columns n: the tile is n-major
+                b = [[w.load(b_tile, [at(rc[1], im.add(warp_col, im.const(j * f.n))), at(rc[0], kk)]) for rc in b_at] for j in range(fn)]
+                out: list[Value] = []
+                for i in range(fm):
+                    for j in range(fn):
+                        c = list(acc[(i * fn + j) * f.c_count : (i * fn + j + 1) * f.c_count])
+                        op = w.b.create(MmaSyncOp, [*a[i], *b[j], *c], {"kind": kind}, result_types=[f32] * f.c_count)
+                        out += list(op.results)
+                return out
+
+            def k_step(ks, k0: Value, *acc: Value) -> list[Value]:
+                stage(a_tile, problem.lhs, False, k0, ks)
+                stage(b_tile, problem.rhs, True, k0, ks)
+                return w.named_loop(w.for_(0, bk, f.k, k_slice, acc, "kk", unroll=bk // f.k), "acc")
+
+            acc = [w.s.const(0, f32)] * (fm * fn * f.c_count)
+            for ks in k_spans:
+                acc = w.named_loop(w.for_(ks.start, ks.end, bk, lambda k0, *a, ks=ks: k_step(ks, k0, *a), acc, "k0"), "acc")
+            for i in range(fm):
+                for j in range(fn):
+                    for e, rc in enumerate(c_at):
+                        m = at(rc[0], im.add(row0, im.add(warp_row, im.const(i * f.m))))
+                        n = at(rc[1], im.add(col0, im.add(warp_col, im.const(j * f.n))))
+                        guard = w.all_of(ms.guard(w, m, bm), ns.guard(w, n, bn))
+                        epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[(i * fn + j) * f.c_count + e], guard)
+
+        in_span(w, n_spans, col_block, lambda ns, local_col: in_span(w, m_spans, row_block, lambda ms, local_row: output_tile(ms, local_row, ns, local_col)))
+
+    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch"])
+    return LoweredGroup([Launch(w.finish(), w.arg_refs)])
+
+
+__all__ = ["ALLOW_TF32", "MMA_TILES", "MmaTiles", "choose_mma_tiles", "lower_matmul_mma", "mma_kind", "mma_resources"]
