@@ -22,16 +22,21 @@ from fusecc.dialects import loop
 from fusecc.passes.memory.plan import in_place_pairs
 
 
-def check_plan(schedule: loop.ScheduleOp, alignment: int = 1) -> list[str]:
-    """Problems with the schedule's plan; empty when it is sound."""
+def check_plan(schedule: loop.ScheduleOp, alignment: int = 1, dims: dict[str, int] | None = None) -> list[str]:
+    """Problems with the schedule's plan; empty when it is sound. A plan of
+    `?` sizes (offsets and arena as expressions) is checked at `dims`."""
     problems: list[str] = []
-    arena = schedule.arena_size
+    dims = dims or {}
+    arena = loop.evaluate_size(schedule.arena_size, dims)
     owner: dict[Value, loop.ArenaViewOp] = {}
+    place: dict[loop.ArenaViewOp, tuple[int, int]] = {}  # view -> (offset, bytes) at dims
     events = []
     for op in schedule.body:
         if isinstance(op, loop.ArenaViewOp):
             owner[op.result] = op
-            lo, hi = op.offset, op.offset + op.result.type.byte_size
+            lo = loop.evaluate_size(op.offset, dims)
+            hi = lo + loop.concrete_type(op, dims).byte_size
+            place[op] = (lo, hi - lo)
             if lo % alignment:
                 problems.append(f"buffer at {lo} is not aligned to {alignment} bytes")
             if lo < 0 or hi > arena:
@@ -53,27 +58,24 @@ def check_plan(schedule: loop.ScheduleOp, alignment: int = 1) -> list[str]:
         for b in live[n + 1 :]:
             if first[b] > last[a]:
                 break  # sorted by start: b and later ones begin after a ends
-            if not _overlap(a, b):
+            (a_lo, a_size), (b_lo, b_size) = place[a], place[b]
+            if not (a_lo < b_lo + b_size and b_lo < a_lo + a_size):
                 continue
-            if not _legal_handover(a, b, first, last, events, owner):
+            if not _legal_handover(a, b, first, last, events, owner, place):
                 problems.append(
-                    f"buffers [{a.offset}, {a.offset + a.result.type.byte_size}) and [{b.offset}, {b.offset + b.result.type.byte_size}) "
+                    f"buffers [{a_lo}, {a_lo + a_size}) and [{b_lo}, {b_lo + b_size}) "
                     f"overlap while both are live (launches {first[a]}..{last[a]} and {first[b]}..{last[b]})"
                 )
     return problems
 
 
-def _overlap(a: loop.ArenaViewOp, b: loop.ArenaViewOp) -> bool:
-    return a.offset < b.offset + b.result.type.byte_size and b.offset < a.offset + a.result.type.byte_size
-
-
-def _legal_handover(a, b, first, last, events, owner) -> bool:
+def _legal_handover(a, b, first, last, events, owner, place) -> bool:
     """`b` takes `a`'s bytes in place at the launch where `a` dies (or the
     other way round)."""
     if first[b] < first[a]:
         a, b = b, a
     t = last[a]
-    if first[b] != t or a.offset != b.offset or a.result.type.byte_size != b.result.type.byte_size:
+    if first[b] != t or place[a] != place[b]:
         return False
     launch = events[t]
     kernel = launch.resolve() if isinstance(launch, loop.LaunchOp) else None

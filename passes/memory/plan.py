@@ -78,6 +78,8 @@ def in_place_pairs(kernel: loop.KernelOp) -> set[tuple[int, int]]:
             i = position.get(value)
             if i is None:
                 continue
+            if isinstance(op, loop.DimOp):
+                continue  # reads a size, not the data
             if isinstance(op, loop.LoadOp) and operand_index == 0:
                 loads.setdefault(i, []).append(op)
             elif isinstance(op, loop.StoreOp) and operand_index == 1:
@@ -336,7 +338,18 @@ class PlanMemory(Pass):
     remarks: bool = False
 
     def run(self, module: Operation, context: PassContext) -> None:
+        from fusecc.passes.memory.symbolic import apply_symbolic_plan, is_symbolic, plan_symbolic
+
         for schedule in [op for op in module.body if isinstance(op, loop.ScheduleOp)]:
+            if is_symbolic(schedule):  # `?` sizes: offsets as expressions of the dims (symbolic.py)
+                symbolic = plan_symbolic(schedule, self.alignment or default_alignment(schedule))
+                apply_symbolic_plan(schedule, symbolic)
+                context.statistics.setdefault("memory", {})[schedule.sym_name] = {
+                    "arena_bytes": symbolic.arena_size,
+                    "slots": len(symbolic.slots),
+                    "in_place": len(symbolic.in_place),
+                }
+                continue
             plan = plan_schedule(schedule, self.alignment or default_alignment(schedule))
             apply_plan(schedule, plan)
             context.statistics.setdefault("memory", {})[schedule.sym_name] = {
