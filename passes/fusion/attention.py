@@ -27,7 +27,9 @@ from fusecc.dialects import tensor as T
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.log import FusionLog
 from fusecc.passes.fusion.partition import FORBID, FORCE, Partition, flag
+from fusecc.passes.tiling.contractions import AttentionShape, choose_attention_tiles, gpu_attention_resources, resource_problem
 from fusecc.passes.tiling.epilogues import epilogue_refusal
+from fusecc.passes.transforms.decompose import decompose_op
 
 
 def _single_user(value: Value) -> Operation | None:
@@ -228,7 +230,7 @@ def _rewrite(out: Operation, chain: _Chain, log: FusionLog) -> Operation | None:
     fused = cm.estimate_ops([*created, attention], hardware, "attention", outputs=[attention.result])
     parts = [cm.estimate_ops([op], hardware) for op in (*reversed(chain.ops), out)]
     forced = any(flag(op, FORCE) for op in (*chain.ops, out))
-    limit = cm.check_limits(fused, hardware)
+    limit = cm.check_limits(fused, hardware) or template_refusal(attention, hardware)
     if limit is not None and not forced:
         for op in reversed(created):
             op.erase()
@@ -256,6 +258,33 @@ def _erase_if_dead(op: Operation, log: FusionLog, attention: Operation) -> None:
         if producer is not None and producer.name == "tensor.transpose" and not any(r.has_uses() for r in producer.results):
             log.note(producer.location, "folded into the key or value operand of the tensor.attention in {group}", attention)
             _erase_if_dead(producer, log, attention)
+
+
+# --------------------------------------------------------------------------- the template's limits
+
+
+def template_refusal(attention: Operation, hardware) -> str | None:
+    """Why the attention template cannot hold `attention` on `hardware`, or
+    None: the lowering's own check (`check_gpu_attention_tiles`) on the tiles
+    the tiler will choose. On a GPU every tile keeps the whole head dim of a
+    q and a k tile in shared memory, so a long head dim (D = 8192: 512 KiB)
+    fits no tile; a CPU streams the keys through its cache and always can."""
+    if not hardware.is_gpu:
+        return None
+    problem = AttentionShape.of_op(attention)
+    return resource_problem(gpu_attention_resources(choose_attention_tiles(problem, hardware), problem), hardware, "attention")
+
+
+def decompose_unfit_attention(block: Block, log: FusionLog, protected: set[Operation]) -> None:
+    """Rewrite each `tensor.attention` the template cannot hold into its
+    formula (matmul, softmax, matmul: `decompose`), which the matmul and
+    reduction templates then fuse; fusion never forms a group its lowering
+    refuses."""
+    for op in [op for op in block if op.name == "tensor.attention" and op not in protected]:
+        reason = template_refusal(op, log.hardware)
+        if reason is not None:
+            log.note(op.location, f"tensor.attention decomposed into matmul, softmax and matmul: {reason}")
+            decompose_op(op)
 
 
 # --------------------------------------------------------------------------- planning

@@ -100,7 +100,7 @@ from fusecc.compiler.pass_manager import Pass, PassContext, PipelineError
 from fusecc.passes.backends.hardware import Hardware, pass_hardware
 from fusecc.dialects.fusion import GroupOp
 
-from fusecc.passes.fusion.attention import plan_attention, raise_attention
+from fusecc.passes.fusion.attention import decompose_unfit_attention, plan_attention, raise_attention
 from fusecc.passes.fusion.elementwise import plan_elementwise
 from fusecc.passes.fusion.horizontal import plan_horizontal
 from fusecc.passes.fusion.matmul import merge_prologues, plan_matmul
@@ -132,6 +132,7 @@ def fuse_function(func: Operation, hw: Hardware, enabled: set[str], group_everyt
     protected = {op for _, ops in existing for op in ops}
     if "attention" in enabled:
         raise_attention(block, log, protected)
+    decompose_unfit_attention(block, log, protected)
     if "horizontal" in enabled:
         merge_sibling_matmuls(block, log, protected)
     partition = Partition(block, hw, log, existing)

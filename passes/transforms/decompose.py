@@ -166,6 +166,16 @@ DECOMPOSITIONS = {
 }
 
 
+def decompose_op(op: Operation, rule=None) -> None:
+    """Replace `op` by its formula in primitive tensor ops, in place (fusion
+    calls it for an attention its template cannot hold)."""
+    rule = rule or DECOMPOSITIONS[op.name.removeprefix("tensor.")]
+    e = Emitter(op)
+    result = e.back_to(rule(e, op), op.result.type)
+    op.result.replace_all_uses_with(result)
+    op.erase()
+
+
 # --------------------------------------------------------------------------- the pass
 
 
@@ -192,9 +202,6 @@ class Decompose(Pass):
             rule = rules.get(target.name)
             if rule is None:
                 continue
-            e = Emitter(target)
-            result = e.back_to(rule(e, target), target.result.type)
-            target.result.replace_all_uses_with(result)
-            target.erase()
+            decompose_op(target, rule)
             count += 1
         context.statistics["decompose.ops"] = context.statistics.get("decompose.ops", 0) + count

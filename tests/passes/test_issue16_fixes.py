@@ -57,6 +57,13 @@ func.func @main(%x: tensor<128x64xf32>, %w1: tensor<64x256xf32>, %w2: tensor<64x
   %3 = tensor.add %2, %b : (tensor<128x256xf32>, tensor<256xf32>) -> tensor<128x256xf32>
   func.return %1, %3 : tensor<128x256xf32>, tensor<128x256xf32>
 }""",
+    # fuzz seed 3564: an attention whose head dim no GPU attention tile holds in shared memory
+    # (D = 8192) is decomposed by fusion (tests/filecheck/passes/fusion/attention_resource_limit.ir)
+    "attention_long_head_dim": """
+func.func @main(%q: tensor<1x8192xf32>, %k: tensor<3x8192xf32>, %v: tensor<3x2xf32>, %m: tensor<3xf32>) -> tensor<1x2xf32> {
+  %0 = tensor.attention %q, %k, %v, %m : (tensor<1x8192xf32>, tensor<3x8192xf32>, tensor<3x2xf32>, tensor<3xf32>) -> tensor<1x2xf32>
+  func.return %0 : tensor<1x2xf32>
+}""",
     # F: zero-size arguments, intermediates and results
     "empty_tensors": """
 func.func @main(%x: tensor<3x4xf32>, %e: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<4xf32>, tensor<3x4xf32>, tensor<3x0xf32>) {
