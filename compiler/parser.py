@@ -167,9 +167,11 @@ class _IRBuilder(LiteralReader):
             raise self.fail(value_token, f"redefinition of SSA value '%{name}'")
         scope.names[name] = block.add_argument(self.type(type_token), _hint(name))
 
-    def fill_region(self, region: Region, syntax, scope: _Scope, entry: Block | None = None) -> None:
+    def fill_region(self, region: Region, syntax, scope: _Scope, entry: Block | None = None, bind_args=None) -> None:
         """Add the blocks of `syntax` to `region`. A label starts a new block;
-        `entry` (a function's argument block) takes the ops before any label."""
+        `entry` (a function's argument block) takes the ops before any label.
+        `bind_args`, an op whose class has `region_argument_types`, gives the
+        `?` dims of the first block's arguments their expressions."""
         _lbrace, items = syntax
         blocks: list[Block] = [] if entry is None else [entry]
         block = entry
@@ -179,6 +181,10 @@ class _IRBuilder(LiteralReader):
                 blocks.append(block)
                 for arg in item[2]:
                     self.define_block_arg(block, scope, arg)
+                if bind_args and len(blocks) == 1:
+                    for value, known in zip(block.args, bind_args.region_argument_types()):
+                        if has_unbound(value.type) and type_compatible(known, value.type):
+                            value.type = known
                 continue
             if block is None:
                 block = Block()
@@ -238,8 +244,10 @@ class _IRBuilder(LiteralReader):
         isolated = op.has_trait(_isolated_trait())
         for region_syntax in syntax.regions:
             region = Region()
-            self.fill_region(region, region_syntax, _Scope(scope, isolated))
+            self.fill_region(region, region_syntax, _Scope(scope, isolated), bind_args=getattr(op_class, "region_argument_types", None) and op)
             op.add_region(region)
+        if syntax.regions and any(has_unbound(t) for t in op.result_types) and hasattr(op_class, "bind_results_from_regions"):
+            op.bind_results_from_regions()
         for (hint, token), result in zip(result_names, op.results):
             result.name_hint = hint
         self.define_results(syntax.results, op, scope)

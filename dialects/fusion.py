@@ -16,6 +16,7 @@ shared memory.
 
 from __future__ import annotations
 
+from fusecc.compiler.dim_binding import type_compatible
 from fusecc.compiler.ir import (
     INT,
     REQUIRED,
@@ -67,6 +68,19 @@ class GroupOp(Operation):
         """Values computed inside and never written to memory."""
         yielded = set(self.yield_op.operands)
         return [r for op in self.body_ops() for r in op.results if r not in yielded]
+
+    def region_argument_types(self) -> list:
+        """The body's arguments are the inputs (their `?` dims bind to them when parsed)."""
+        return [v.type for v in self.operands]
+
+    def bind_results_from_regions(self) -> None:
+        """Results written with `?` dims take the yielded values' types."""
+        terminator = self.body.last_op if self.regions and self.regions[0].blocks else None
+        if terminator is None or len(terminator.operands) != len(self.results):
+            return
+        for result, value in zip(self.results, terminator.operands):
+            if type_compatible(value.type, result.type):
+                result.type = value.type
 
     def verify_(self) -> None:
         if len(self.regions[0].blocks) != 1:

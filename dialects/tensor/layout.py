@@ -187,9 +187,11 @@ def slice_bounds(shape, start, stop, step) -> list[SliceAxis]:
     return bounds
 
 
-# A stop this far out means "to the end" (ONNX writes INT64_MAX): a dynamic
-# dim is assumed smaller, which keeps the length a plain expression.
-_TO_THE_END = 1 << 31
+# A stop this far out means "to the end" (ONNX writes INT64_MAX, as do the
+# passes through TO_THE_END): a dynamic dim is assumed smaller, which keeps
+# the length a plain expression.
+_END_THRESHOLD = 1 << 31
+TO_THE_END = (1 << 63) - 1
 
 
 def _dynamic_slice_axis(dim, a: int, b: int, s: int) -> SliceAxis:
@@ -197,10 +199,10 @@ def _dynamic_slice_axis(dim, a: int, b: int, s: int) -> SliceAxis:
     Max, Min = sympy().Max, sympy().Min
     if s > 0:
         start = Min(a, dim) if a >= 0 else Max(a + dim, 0)
-        stop = dim if b >= _TO_THE_END else Min(b, dim) if b >= 0 else Max(b + dim, 0)
+        stop = dim if b >= _END_THRESHOLD else Min(b, dim) if b >= 0 else Max(b + dim, 0)
     else:
         start = Min(a, dim - 1) if a >= 0 else Max(a + dim, -1)
-        stop = -1 if b <= -_TO_THE_END else Min(b, dim - 1) if b >= 0 else Max(b + dim, -1)
+        stop = -1 if b <= -_END_THRESHOLD else Min(b, dim - 1) if b >= 0 else Max(b + dim, -1)
     length = Max(0, sympy().ceiling((stop - start) / s))
     return SliceAxis(normalize_dim(start), s, normalize_dim(length))
 
@@ -325,6 +327,7 @@ __all__ = [
     "BroadcastToOp",
     "SliceAxis",
     "slice_bounds",
+    "TO_THE_END",
     "SliceOp",
     "ConcatOp",
     "gather_index",

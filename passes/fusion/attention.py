@@ -271,7 +271,7 @@ def template_refusal(attention: Operation, hardware) -> str | None:
     fits no tile; a CPU streams the keys through its cache and always can."""
     if not hardware.is_gpu:
         return None
-    problem = AttentionShape.of_op(attention)
+    problem = cm.at_hints(AttentionShape.of_op(attention))  # dynamic dims at their --shape-hint sizes
     return resource_problem(gpu_attention_resources(choose_attention_tiles(problem, hardware), problem), hardware, "attention")
 
 

@@ -240,7 +240,7 @@ def _evaluations(body: KernelBody, kind: str, hardware: Hardware) -> dict[Operat
     return evals
 
 
-def _at_hints(problem):
+def at_hints(problem):
     """A matmul or attention problem with its dynamic sizes at the --shape-hint sizes."""
     changes = {}
     for field in dataclasses.fields(problem):
@@ -255,13 +255,13 @@ def _at_hints(problem):
 def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:
     """Element reads of `value` made by `user` in the lowered kernel."""
     if user.has_trait(Contraction):
-        problem = _at_hints(MatmulShape.of_op(user))
+        problem = at_hints(MatmulShape.of_op(user))
         a_reads, b_reads = reload_factors(problem, choose_matmul_tiles(problem, hardware))
         return numel(value) * (a_reads if value is user.operands[0] else b_reads)
     if is_attention(user):
         if value is user.operands[0]:
             return numel(value)
-        problem = _at_hints(AttentionShape.of_op(user))
+        problem = at_hints(AttentionShape.of_op(user))
         return numel(value) * math.ceil(problem.s / choose_attention_tiles(problem, hardware).block_q)
     if user.has_trait(Reduction) or user.has_trait(Composite):
         return numel(value)

@@ -22,6 +22,7 @@ memory, and writes the result once.
 
 from __future__ import annotations
 
+from fusecc.compiler.dims import hinted
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.traits import Elementwise, Injective, Reduction
 
@@ -75,7 +76,7 @@ class ReductionPlanner:
             return None if space.same_rows(op) else f"{op.name} reduces different rows"
         if not (op.has_trait(Elementwise) or op.has_trait(Injective)):
             return f"{op.name} is not elementwise"
-        if cm.numel(op.results[0]) > _numel(space.full):
+        if cm.numel(op.results[0]) > hinted(_numel(space.full)):  # dynamic dims at their --shape-hint sizes
             return f"{op.name} is larger than the rows"
         return None
 

@@ -190,7 +190,7 @@ def _rewrite(block, siblings, chains, prefix, widths, anchor, log: FusionLog, sa
     finals = [chain[prefix - 1].results[0] if prefix else mm.result for chain, mm in zip(chains, siblings)]
     for final, width in zip(finals, widths):
         start = [0] * (rank - 1) + [offset]
-        stop = list(shape[:-1]) + [offset + width]
+        stop = [d if type(d) is int else T.TO_THE_END for d in shape[:-1]] + [offset + width]  # a dynamic dim: all of it
         piece = emit(T.SliceOp.create([current], {"start": start, "stop": stop}, location=final.defining_op.location))
         final.replace_all_uses_with(piece.result)
         offset += width
