@@ -109,6 +109,7 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine, enable
                 "registers_per_thread": cost.registers_per_thread,
                 "shared_memory_bytes": cost.shared_memory_bytes,
                 "time_seconds": cost.time_seconds,
+                **gpu_columns(cost),
             }
         )
     unfused, declined = [], []
@@ -136,6 +137,7 @@ def report_data(module: Operation, target: str, engine: DiagnosticEngine, enable
         "arch": hw.arch,
         "before": asdict(before),
         "after": asdict(after),
+        **({"roofline": roofline_totals(costs, hw)} if hw.is_gpu else {}),
         "groups": rows,
         "unfused": unfused,
         "declined": declined,
@@ -151,6 +153,49 @@ def _shape_hints(module: Operation) -> dict:
             for t in func.function_type.inputs:
                 symbols |= free_symbols(getattr(t, "shape", ()))
     return {"shape_hints": describe_hints(symbols)} if symbols else {}
+
+
+def gpu_columns(cost: cm.GroupCost) -> dict:
+    """A GPU kernel's launch, the pipe that bounds it, and its modelled time
+    beside the roofline bound of the same work: DRAM bytes at the full
+    bandwidth or flops at the peak of the unit used (FMA pipes, tensor
+    cores), whichever is longer. The ratio leaves the launch out."""
+    if cost.gpu is None:
+        return {}
+    t, launch, work = cost.gpu, cost.launch, cost.work
+    return {
+        "kernel_seconds": t.kernel_seconds,
+        "roofline_seconds": cost.roofline_seconds,
+        "roofline_ratio": t.kernel_seconds / cost.roofline_seconds if cost.roofline_seconds else None,
+        "bound": t.bound,
+        "unit": "tensor" if work.tensor_flops else "fma",
+        "memory_seconds": t.memory_seconds,
+        "compute_seconds": t.compute_seconds,
+        "shared_seconds": t.shared_seconds,
+        "blocks": launch.blocks,
+        "threads_per_block": launch.threads,
+        "theoretical_occupancy": t.occupancy,
+        "waves": t.waves,
+        "achieved_bandwidth": t.achieved_bandwidth,
+        "shared_requests_per_fma": work.shared_requests * 32 / (work.fma_flops / 2) if work.fma_flops and work.shared_requests else None,
+    }
+
+
+def roofline_totals(costs: list[cm.GroupCost], hw: Hardware) -> dict:
+    """The program's kernels against their roofline bounds, with and without launches."""
+    kernels = sum(c.gpu.kernel_seconds for c in costs if c.gpu is not None)
+    roofline = sum(c.roofline_seconds or 0.0 for c in costs)
+    launches = sum(c.gpu.launch_seconds for c in costs if c.gpu is not None)
+    return {
+        "memory_bandwidth": hw.memory_bandwidth,
+        "peak_flops": hw.peak_flops,
+        "peak_tensor_flops": hw.peak_tensor_flops,
+        "kernel_seconds": kernels,
+        "launch_seconds": launches,
+        "roofline_seconds": roofline,
+        "ratio": kernels / roofline if roofline else None,
+        "ratio_with_launches": (kernels + launches) / roofline if roofline else None,
+    }
 
 
 def source_location(location) -> str:
@@ -209,11 +254,38 @@ def format_report(data: dict) -> str:
         lines.append(f"  {label:<24}{before:>12}{after:>12}   {change}")
     if "shape_hints" in data:
         lines.append(f"  dynamic dims costed at: {data['shape_hints']}")
+    if "roofline" in data:
+        lines += format_roofline(data)
     lines += ["", "groups:", f"  {'id':>3}  {'kind':<12}{'time':>10}{'traffic':>11}  ops"]
     for g in data["groups"]:
         lines.append(f"  {g['id']:>3}  {g['kind']:<12}{cm.format_time(g['time_seconds']):>10}{cm.format_bytes(g['bytes_moved']):>11}  {describe_ops(g)}")
     lines += ["", *format_unfused_chains(data["unfused"])]
     return "\n".join(lines) + "\n"
+
+
+def format_roofline(data: dict) -> list[str]:
+    """Per kernel: the modelled time (launch excluded), the roofline bound,
+    their ratio, the pipe that bounds it, blocks, occupancy and waves."""
+    r = data["roofline"]
+    lines = [
+        "",
+        f"kernels against the roofline ({r['memory_bandwidth'] / 1e12:.1f} TB/s; FMA {r['peak_flops'] / 1e12:.0f}, tensor cores {r['peak_tensor_flops'] / 1e12:.0f} TFLOP/s):",
+        f"  {'id':>3}  {'kind':<12}{'modelled':>10}{'roofline':>10}{'ratio':>7}  {'bound':<8}{'unit':<7}{'blocks':>7}{'occupancy':>10}{'waves':>7}",
+    ]
+    for g in data["groups"]:
+        if "roofline_ratio" not in g:
+            continue  # a dynamic group: no launch to model (docs/dynamic-shapes.md)
+        ratio_ = "" if g["roofline_ratio"] is None else f"{g['roofline_ratio']:.1f}x"
+        lines.append(
+            f"  {g['id']:>3}  {g['kind']:<12}{cm.format_time(g['kernel_seconds']):>10}{cm.format_time(g['roofline_seconds']):>10}{ratio_:>7}  "
+            f"{g['bound']:<8}{g['unit']:<7}{g['blocks']:>7}{g['theoretical_occupancy']:>10.0%}{g['waves']:>7.2f}"
+        )
+    if r["ratio"] is not None:
+        lines.append(
+            f"  all kernels {cm.format_time(r['kernel_seconds'])} modelled vs {cm.format_time(r['roofline_seconds'])} roofline: {r['ratio']:.1f}x "
+            f"({r['ratio_with_launches']:.1f}x with {cm.format_time(r['launch_seconds'])} of launches)"
+        )
+    return lines
 
 
 def report(module: Operation, target: str, as_json: bool = False, engine: DiagnosticEngine | None = None) -> str:

@@ -8,6 +8,7 @@ hard-codes a hardware number.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -40,6 +41,30 @@ class Hardware:
     # so that data already in cache is bounded too. 0 means: use the peaks above.
     ceiling_flops: float = 0.0
     ceiling_bandwidth: float = 0.0
+    # What occupancy and latency hiding depend on (GPUs; the CUDA occupancy
+    # calculator's rules, which are the same on sm_80 and sm_90): registers
+    # are allocated per warp in units of 256, the system keeps 1 KB of shared
+    # memory per block, an SM holds at most 2048 threads and 32 blocks.
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    register_allocation_unit: int = 256
+    reserved_shared_per_block: int = 1024
+    # FLOP/s of f32 matmuls on tensor cores with TF32 inputs (only under
+    # --allow-tf32); 0: no TF32 unit, f32 runs on the FMA units.
+    peak_tf32_flops: float = 0.0
+    clock_hz: float = 0.0  # boost clock: shared memory serves 32 banks x 4 B per clock per SM
+    memory_latency: float = 0.0  # seconds from a global load's issue to its data (DRAM, L2 miss)
+
+    @property
+    def shared_bandwidth(self) -> float:
+        """Bytes/s all SMs' shared memory delivers without bank conflicts."""
+        return self.sm_count * 32 * 4 * self.clock_hz
+
+    @property
+    def bytes_in_flight_per_sm(self) -> float:
+        """Little's law: the loads an SM must keep outstanding for DRAM to
+        deliver its full bandwidth (0 where the latency is not modelled)."""
+        return self.memory_bandwidth * self.memory_latency / self.sm_count
 
     @property
     def flops_ceiling(self) -> float:
@@ -75,6 +100,9 @@ H200 = Hardware(
     fma_per_shared_word=4,
     ceiling_flops=989e12,  # dense bf16 tensor cores
     ceiling_bandwidth=132 * 128 * 1.98e9,  # 128 B/clock of L1 per SM at the boost clock
+    peak_tf32_flops=494e12,  # dense TF32 tensor cores (half the bf16 rate)
+    clock_hz=1.98e9,
+    memory_latency=600e-9,  # HBM3e load-to-use latency, ~500-700 ns on Hopper microbenchmarks
 )
 
 A100 = Hardware(
@@ -98,6 +126,9 @@ A100 = Hardware(
     fma_per_shared_word=2,
     ceiling_flops=312e12,
     ceiling_bandwidth=108 * 128 * 1.41e9,
+    peak_tf32_flops=156e12,
+    clock_hz=1.41e9,
+    memory_latency=600e-9,
 )
 
 # Our CI machine: 2 cores of an AVX-512 EPYC, ~25 GB/s DRAM copy. The flop
@@ -130,6 +161,31 @@ CPU = Hardware(
     ceiling_flops=2 * 2 * 16 * 2 * 4e9,
     ceiling_bandwidth=2 * 3 * 64 * 4e9,
 )
+
+def resident_blocks(hardware: Hardware, threads: int, registers: int, shared_bytes: int) -> int:
+    """Blocks of this shape one SM holds at once (0: it does not fit): the
+    least of what its registers (allocated per warp, rounded up to the
+    allocation unit), shared memory (static + dynamic + the reserved 1 KB
+    per block), threads and block slots allow."""
+    warps = math.ceil(threads / hardware.warp_size)
+    unit = hardware.register_allocation_unit
+    per_warp = math.ceil(max(registers, 1) * hardware.warp_size / unit) * unit
+    by_registers = hardware.registers_per_sm // (per_warp * warps)
+    by_threads = hardware.max_threads_per_sm // (warps * hardware.warp_size)
+    by_shared = hardware.shared_memory_per_sm // (shared_bytes + hardware.reserved_shared_per_block) if shared_bytes else hardware.max_blocks_per_sm
+    return max(0, min(by_registers, by_threads, by_shared, hardware.max_blocks_per_sm))
+
+
+def occupancy(hardware: Hardware, threads: int, registers: int, shared_bytes: int, blocks: int) -> tuple[float, float]:
+    """(theoretical occupancy, waves) of a launch of `blocks` blocks:
+    resident warps per SM over the most an SM holds, and the grid's blocks
+    over (resident blocks per SM x SMs). (0, inf) when a block does not fit."""
+    resident = resident_blocks(hardware, threads, registers, shared_bytes)
+    if resident == 0:
+        return 0.0, math.inf
+    warps = math.ceil(threads / hardware.warp_size)
+    return resident * warps / (hardware.max_threads_per_sm // hardware.warp_size), blocks / (resident * hardware.sm_count)
+
 
 HARDWARE = {h.name: h for h in (H200, A100, CPU)}
 

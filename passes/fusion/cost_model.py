@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from fusecc.passes.backends.hardware import Hardware
+from fusecc.passes.fusion.gpu_kernels import gpu_launch_and_shared
+from fusecc.passes.fusion.gpu_time import GpuLaunch, GpuTime, GpuWork, gpu_kernel_time, roofline_seconds
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.dims import hinted, hinted_shape
@@ -109,6 +111,12 @@ class GroupCost:
     shared_memory_bytes: int
     compute_seconds: float
     time_seconds: float
+    # GPUs only (gpu_time.py): the launch, its work, and the modelled time of
+    # each pipe; the roofline bound of the same work.
+    launch: GpuLaunch | None = None
+    work: GpuWork | None = None
+    gpu: GpuTime | None = None
+    roofline_seconds: float | None = None
 
     @property
     def bytes_moved(self) -> int:
@@ -322,15 +330,25 @@ def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
         tensor_flops += core
         other_flops += other * factor
         recomputed += other * (factor - 1)
-    if _has_dynamic_shape(body):
+    dynamic = _has_dynamic_shape(body)
+    if not dynamic:
+        geometry = body_geometry(body, kind, hardware)
+        registers, shared = body_resources(body, kind, hardware, geometry)
+    else:
         # Tiles follow the sizes, which a dynamic body does not have: it is
         # ranked by its roofline at the --shape-hint sizes (docs/dynamic-shapes.md).
         registers, shared = 0, 0
+    launch = work = gpu = roofline = None
+    if hardware.is_gpu and not dynamic:
+        rows = _row_elements(body)
+        launch, requests = gpu_launch_and_shared(body, kind, geometry, int(registers), int(shared), rows, hardware)
+        work = GpuWork(bytes_read + bytes_written, fma_flops=other_flops, tensor_flops=tensor_flops, tensor_peak=hardware.peak_tensor_flops, shared_requests=requests)
+        gpu = gpu_kernel_time(launch, work, hardware)
+        compute, time, roofline = gpu.compute_seconds, gpu.seconds, roofline_seconds(work, hardware)
     else:
-        registers, shared = body_resources(body, kind, hardware, body_geometry(body, kind, hardware))
-    compute = tensor_flops / hardware.peak_tensor_flops + other_flops / hardware.peak_flops
-    memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
-    time = hardware.launch_overhead + max(compute, memory)
+        compute = tensor_flops / hardware.peak_tensor_flops + other_flops / hardware.peak_flops
+        memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
+        time = hardware.launch_overhead + max(compute, memory)
     return GroupCost(
         kind=kind,
         ops=len(body.ops),
@@ -342,6 +360,10 @@ def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
         shared_memory_bytes=int(shared),
         compute_seconds=compute,
         time_seconds=time,
+        launch=launch,
+        work=work,
+        gpu=gpu,
+        roofline_seconds=roofline,
     )
 
 
@@ -363,6 +385,28 @@ def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_in
     bytes_written = sum(p.bytes_written for p in parts)
     compute = sum(p.compute_seconds for p in parts)
     memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
+    time = hardware.launch_overhead + max(memory, compute)
+    launch = work = gpu = roofline = None
+    if hardware.is_gpu and all(p.launch is not None and p.work is not None for p in parts):
+        # One grid of every part's blocks; a block runs one part, so it
+        # needs the hungriest part's registers and every part's shared
+        # memory, and keeps the most any part keeps in flight.
+        launch = GpuLaunch(
+            blocks=sum(p.launch.blocks for p in parts),
+            threads=max(p.launch.threads for p in parts),
+            registers=max(p.launch.registers for p in parts),
+            shared_bytes=sum(p.launch.shared_bytes for p in parts),
+            bytes_in_flight_per_thread=max(p.launch.bytes_in_flight_per_thread for p in parts),
+        )
+        work = GpuWork(
+            bytes_read + bytes_written,
+            fma_flops=sum(p.work.fma_flops for p in parts),
+            tensor_flops=sum(p.work.tensor_flops for p in parts),
+            tensor_peak=hardware.peak_tensor_flops,
+            shared_requests=sum(p.work.shared_requests for p in parts),
+        )
+        gpu = gpu_kernel_time(launch, work, hardware)
+        compute, time, roofline = gpu.compute_seconds, gpu.seconds, roofline_seconds(work, hardware)
     return GroupCost(
         kind="horizontal",
         ops=sum(p.ops for p in parts),
@@ -373,7 +417,11 @@ def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_in
         registers_per_thread=max(p.registers_per_thread for p in parts),
         shared_memory_bytes=sum(p.shared_memory_bytes for p in parts),
         compute_seconds=compute,
-        time_seconds=hardware.launch_overhead + max(memory, compute),
+        time_seconds=time,
+        launch=launch,
+        work=work,
+        gpu=gpu,
+        roofline_seconds=roofline,
     )
 
 

@@ -61,6 +61,7 @@ from fusecc.passes.tiling.contractions import (
     AttentionShape,
     AttentionTiles,
     KernelResources,
+    attention_row_pads,
     choose_attention_tiles,
     gpu_attention_resources,
 )
@@ -107,9 +108,9 @@ def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardwar
 
 
 def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, hardware: Hardware) -> KernelResources:
-    tpr = tiles.threads_per_row
-    if tiles.threads % tiles.block_q or tpr < 1 or tpr & (tpr - 1) or tpr > hardware.warp_size:
-        raise LoweringError(f"attention needs a power-of-two number of threads per query row, at most a warp; {tiles.threads} threads for {tiles.block_q} rows give {tiles.threads / tiles.block_q}")
+    tpr, threads = tiles.threads_per_row, tiles.threads
+    if threads % tpr or tiles.block_q * tpr % threads or tiles.block_q * tpr < threads:
+        raise LoweringError(f"attention needs row groups of {tpr} lanes, each taking the same number of the {tiles.block_q} query rows; {threads} threads do not divide them")
     if tiles.block_t % tpr:
         raise LoweringError(f"the key tile {tiles.block_t} is not a multiple of the {tpr} threads per query row")
     resources = gpu_attention_resources(tiles, problem)
@@ -181,36 +182,40 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
     im, s = w.im, w.s
-    bq, bt, threads, tpr = tiles.block_q, tiles.block_t, tiles.threads, tiles.threads_per_row
+    bq, bt, threads, tpr, rows = tiles.block_q, tiles.block_t, tiles.threads, tiles.threads_per_row, tiles.rows_per_thread
+    row_groups = threads // tpr
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
-    scores_per_thread, outputs_per_thread = bt // tpr, ceil_div(Dv, tpr)
+    scores_per_row, outputs_per_row = bt // tpr, ceil_div(Dv, tpr)
+    q_pad, k_pad, p_pad = attention_row_pads(tiles)
     grid = [ceil_div(S, bq)] + ([problem.batch_size] if problem.batch_size > 1 else [])
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y")
 
     def block(q_block: Value, batch: Value | None = None) -> None:
-        # Rows read by different threads of a warp at once (q, k, p) are
-        # padded by one word, so that they fall into different banks.
-        q_tile = w.alloc(MemRefType([bq, D + 1], f32, "shared"), "q_tile")
-        k_tile = w.alloc(MemRefType([bt, D + 1], f32, "shared"), "k_tile")
+        # Padded rows: the rows a warp touches at once fall into different banks.
+        q_tile = w.alloc(MemRefType([bq, D + q_pad], f32, "shared"), "q_tile")
+        k_tile = w.alloc(MemRefType([bt, D + k_pad], f32, "shared"), "k_tile")
         v_tile = w.alloc(MemRefType([bt, Dv], f32, "shared"), "v_tile")
-        p_tile = w.alloc(MemRefType([bq, bt + 1], f32, "shared"), "p_tile")
+        p_tile = w.alloc(MemRefType([bq, bt + p_pad], f32, "shared"), "p_tile")
         q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(bq))
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
         end = kv_end(w, problem, im.add(q0, im.const(bq)))
 
         def thread(t: Value) -> None:
-            row, lane = w.named(im.div(t, tpr), "row"), w.named(im.rem(t, tpr), "lane")
-            q = im.add(q0, row)
-            q_ok = w.below(q, S, S % bq != 0)
+            # Row group g takes rows g, g + G, g + 2G, ...: the 32/TPR groups of
+            # a warp hold consecutive rows, so their p rows and outputs are apart.
+            lane, row_group = w.named(im.rem(t, tpr), "lane"), w.named(im.div(t, tpr), "row_group")
+            my_rows = [w.named(im.add(row_group, im.const(i * row_groups)), "row") for i in range(rows)]
+            qs = [im.add(q0, r) for r in my_rows]
+            q_ok = [w.below(q, S, S % bq != 0) for q in qs]
             scores = Scores(w, problem, bidx)
             # Stage the block's queries once.
             for (r, d), inside in w.cooperative(t, threads, [bq, D]):
                 qr = im.add(q0, r)
                 guard = w.all_of(inside, w.below(qr, S, S % bq != 0))
                 w.store(w.value_at(problem.op.query, problem.q_index(bidx, qr, d, im), guard), q_tile, [r, d], inside)
-            key_cols = [im.add(lane, im.const(u * tpr)) for u in range(scores_per_thread)]
-            dv_cols = [im.add(lane, im.const(u * tpr)) for u in range(outputs_per_thread)]
+            key_cols = [im.add(lane, im.const(u * tpr)) for u in range(scores_per_row)]
+            dv_cols = [im.add(lane, im.const(u * tpr)) for u in range(outputs_per_row)]
             dv_ok = [w.below(c, Dv, (u + 1) * tpr > Dv) for u, c in enumerate(dv_cols)]
 
             def stage_kv(k0: Value) -> None:
@@ -221,50 +226,61 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                         w.store(w.value_at(operand, index_of(bidx, key, c, im), guard), tile, [j, c], inside)
 
             def row_reduce(x: Value, combine) -> Value:
-                # Across the TPR consecutive lanes of one query row.
+                # Across the TPR consecutive lanes of one row group.
                 offset = tpr // 2
                 while offset:
                     x = combine(x, w.shuffle_xor(x, offset))
                     offset //= 2
                 return x
 
-            def kv_step(k0: Value, m: Value, l: Value, *o: Value) -> list[Value]:
+            def kv_step(k0: Value, *carried: Value) -> list[Value]:
+                m, l, o = carried[:rows], carried[rows : 2 * rows], carried[2 * rows :]
                 stage_kv(k0)
 
                 def dot_step(d: Value, *sums: Value) -> list[Value]:
-                    qd = w.load(q_tile, [row, d])
-                    return [s.add(sums[u], s.mul(qd, w.load(k_tile, [key_cols[u], d]))) for u in range(scores_per_thread)]
+                    # R query values and BT/TPR keys: R·BT/TPR FMAs.
+                    qd = [w.load(q_tile, [r, d]) for r in my_rows]
+                    kd = [w.load(k_tile, [c, d]) for c in key_cols]
+                    return [s.add(sums[i * scores_per_row + u], s.mul(qd[i], kd[u])) for i in range(rows) for u in range(scores_per_row)]
 
-                dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * scores_per_thread, "d"), "dot")
+                dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * (rows * scores_per_row), "d"), "dot")
                 keys = [im.add(k0, c) for c in key_cols]
-                tile_scores = [scores.finish(dots[u], q, keys[u], q_ok, w.below(keys[u], Tk, Tk % bt != 0)) for u in range(scores_per_thread)]
-                tile_max = tile_scores[0]
-                for x in tile_scores[1:]:
-                    tile_max = s.max(tile_max, x)
-                m_new = w.named(s.max(m, row_reduce(tile_max, s.max)), "m_new")
-                base = scores.safe_max(m_new)
-                alpha = w.named(s.exp(s.sub(m, base)), "alpha")
-                p = [s.exp(s.sub(x, base)) for x in tile_scores]
-                row_sum = p[0]
-                for x in p[1:]:
-                    row_sum = s.add(row_sum, x)
-                l_new = s.add(s.mul(l, alpha), row_reduce(row_sum, s.add))
-                for u in range(scores_per_thread):
-                    w.store(p[u], p_tile, [row, key_cols[u]])
+                keys_ok = [w.below(key, Tk, Tk % bt != 0) for key in keys]
+                next_m, next_l, rescaled = [], [], []
+                for i in range(rows):
+                    tile_scores = [scores.finish(dots[i * scores_per_row + u], qs[i], keys[u], q_ok[i], keys_ok[u]) for u in range(scores_per_row)]
+                    tile_max = tile_scores[0]
+                    for x in tile_scores[1:]:
+                        tile_max = s.max(tile_max, x)
+                    m_new = w.named(s.max(m[i], row_reduce(tile_max, s.max)), "m_new")
+                    base = scores.safe_max(m_new)
+                    alpha = w.named(s.exp(s.sub(m[i], base)), "alpha")
+                    p = [s.exp(s.sub(x, base)) for x in tile_scores]
+                    row_sum = p[0]
+                    for x in p[1:]:
+                        row_sum = s.add(row_sum, x)
+                    next_m.append(m_new)
+                    next_l.append(s.add(s.mul(l[i], alpha), row_reduce(row_sum, s.add)))
+                    for u in range(scores_per_row):
+                        w.store(p[u], p_tile, [my_rows[i], key_cols[u]])
+                    rescaled += [s.mul(x, alpha) for x in o[i * outputs_per_row : (i + 1) * outputs_per_row]]
 
                 def pv_step(j: Value, *acc: Value) -> list[Value]:
-                    pj = w.load(p_tile, [row, j])
-                    return [s.add(acc[u], s.mul(pj, w.load(v_tile, [j, dv_cols[u]], dv_ok[u]))) for u in range(outputs_per_thread)]
+                    # R probabilities and ⌈Dv/TPR⌉ values: R·⌈Dv/TPR⌉ FMAs.
+                    pj = [w.load(p_tile, [r, j]) for r in my_rows]
+                    vj = [w.load(v_tile, [j, dv_cols[u]], dv_ok[u]) for u in range(outputs_per_row)]
+                    return [s.add(acc[i * outputs_per_row + u], s.mul(pj[i], vj[u])) for i in range(rows) for u in range(outputs_per_row)]
 
-                o = w.named_loop(w.for_(0, bt, 1, pv_step, [s.mul(x, alpha) for x in o], "j"), "o")
-                return [m_new, l_new, *o]
+                o = w.named_loop(w.for_(0, bt, 1, pv_step, rescaled, "j"), "o")
+                return [*next_m, *next_l, *o]
 
-            init = [scores.minus_inf, s.const(0.0)] + [s.const(0.0)] * outputs_per_thread
-            final = w.named_loop(w.for_(0, end, bt, kv_step, init, "k0"), "m", "l", *["o"] * outputs_per_thread)
-            inverse = s.div(s.const(1.0), final[1])
-            for u in range(outputs_per_thread):
-                out = s.mul(final[2 + u], inverse)
-                epilogue.emit(w.emitter, problem.out_index(bidx, q, dv_cols[u]), out, w.all_of(q_ok, dv_ok[u]))
+            init = [scores.minus_inf] * rows + [s.const(0.0)] * rows + [s.const(0.0)] * (rows * outputs_per_row)
+            final = w.named_loop(w.for_(0, end, bt, kv_step, init, "k0"), *["m"] * rows, *["l"] * rows, *["o"] * (rows * outputs_per_row))
+            for i in range(rows):
+                inverse = s.div(s.const(1.0), final[rows + i])
+                for u in range(outputs_per_row):
+                    out = s.mul(final[2 * rows + i * outputs_per_row + u], inverse)
+                    epilogue.emit(w.emitter, problem.out_index(bidx, qs[i], dv_cols[u]), out, w.all_of(q_ok[i], dv_ok[u]))
 
         w.parallel([threads], ["thread.x"], thread, ["t"])
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import ScalarType, broadcast_shapes, f32
-from fusecc.passes.backends.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware, resident_blocks
 from fusecc.passes.tiling.shapes import ceil_div, compute_type, next_pow2
 
 # The most specialised copies of the inner loops one kernel gets for the
@@ -296,30 +296,85 @@ def cpu_matmul_resources(tiles: CpuMatmulTiles) -> KernelResources:
 class AttentionTiles:
     block_q: int  # BQ: query rows per block (GPU) or per worker iteration (CPU)
     block_t: int  # BT: keys per tile
-    threads: int = 1  # GPU threads per block: BQ rows × TPR threads per row
+    threads: int = 1  # GPU threads per block: BQ / R row groups × TPR lanes each
 
     @property
     def threads_per_row(self) -> int:
-        return self.threads // self.block_q
+        """TPR: the consecutive lanes that share a group of query rows (GPU),
+        each taking the keys and output columns lane, lane + TPR, ...: eight,
+        so that the lanes of a row write one whole 32-byte sector."""
+        return min(ATTENTION_LANES_PER_ROW, self.block_t)
+
+    @property
+    def rows_per_thread(self) -> int:
+        """R: the query rows a thread computes (register blocking: each key
+        and value it loads from shared memory serves R rows)."""
+        return max(1, self.block_q * self.threads_per_row // max(1, self.threads))
+
+
+ATTENTION_LANES_PER_ROW = 8
+
+# The GPU block tiles (BQ, threads), fullest first; TPR = 8 lanes per row
+# group, so R = BQ·8 / threads rows per thread: 4, 2, 4, 1, 2, 1.
+GPU_ATTENTION_TILES = ((64, 128), (32, 128), (32, 64), (16, 128), (16, 64), (8, 64))
+
+
+def attention_shared_requests(tiles: AttentionTiles, problem: AttentionShape) -> tuple[float, float]:
+    """(warp-level shared-memory loads, FMA instructions) per warp and key
+    tile of the GPU template: per d, R query values (broadcast to the row
+    group) and BT/TPR keys for R·BT/TPR score FMAs; per key, R
+    probabilities and ⌈Dv/TPR⌉ values for R·⌈Dv/TPR⌉ output FMAs."""
+    tpr, r = tiles.threads_per_row, tiles.rows_per_thread
+    scores, outputs = ceil_div(tiles.block_t, tpr), ceil_div(problem.dv, tpr)
+    loads = problem.d * (r + scores) + tiles.block_t * (r + outputs)
+    fmas = problem.d * r * scores + tiles.block_t * r * outputs
+    return loads, fmas
+
+
+def busiest_sm_attention_work(problem: AttentionShape, tiles: AttentionTiles, hardware: Hardware) -> float:
+    """The modelled issue time of the busiest SM, like `busiest_sm_work` for
+    matmuls: its ⌈blocks / SMs⌉ blocks' FMAs, slowed where shared memory
+    cannot keep up (`fma_per_shared_word` FMAs per wavefront) and where its
+    resident warps are fewer than its four schedulers."""
+    blocks = problem.batch_size * ceil_div(problem.s, tiles.block_q)
+    per_sm = ceil_div(blocks, hardware.sm_count)
+    loads, fmas = attention_shared_requests(tiles, problem)
+    shared_factor = max(1.0, hardware.fma_per_shared_word * loads / fmas)
+    used = gpu_attention_resources(tiles, problem)
+    resident = max(1, resident_blocks(hardware, used.threads, used.registers_per_thread, used.shared_bytes))
+    warps = min(per_sm, resident) * ceil_div(tiles.threads, hardware.warp_size)
+    return per_sm * tiles.block_q * shared_factor / min(1.0, warps / 4)
 
 
 def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
-    """BQ query rows × BT keys, 64 × 64 or the problem's size rounded up to a
-    power of two (at least 8), halved together until the registers and
-    shared memory fit (`gpu_attention_resources`); two threads per query row
-    (one warp at least: the row sums are warp shuffles). `block` and
-    `threads` force those choices. When nothing fits, the smallest tile is
-    returned: the cost model refuses the fusion and the template the tile."""
-    bq, bt = min(64, max(8, next_pow2(problem.s))), min(64, max(8, next_pow2(problem.t)))
-    while True:
-        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
-        if resource_problem(gpu_attention_resources(tiles, problem), hardware, "attention") is None or min(bq, bt) <= 8:
-            break
-        bq, bt = max(8, bq // 2), max(8, bt // 2)
+    """BQ query rows × BT keys: BT = 64 or the key count rounded up to a
+    power of two (at least 8); of the (BQ, threads) in `GPU_ATTENTION_TILES`
+    that the queries fill and whose registers and shared memory fit
+    (`gpu_attention_resources`), the one that keeps the busiest SM busy for
+    the least time (`busiest_sm_attention_work`), the fuller on a tie: a
+    short sequence over few heads takes small tiles that fill the SMs, a
+    long one 64-row tiles whose 4 rows per thread load 3 shared words per 8
+    FMAs. `block` and `threads` force those choices. When
+    nothing fits, the smallest tile is returned: the cost model refuses the
+    fusion and the template the tile."""
+    bt = min(64, max(8, next_pow2(problem.t)))
     if block is not None:
         bq, bt = block
-        tiles = AttentionTiles(bq, bt, max(hardware.warp_size, 2 * bq))
-    return AttentionTiles(tiles.block_q, tiles.block_t, threads or tiles.threads)
+        default = next((t for q, t in GPU_ATTENTION_TILES if q == bq), max(hardware.warp_size, bq * min(ATTENTION_LANES_PER_ROW, bt)))
+        return AttentionTiles(bq, bt, threads or default)
+    fitting = []
+    for bq, t in GPU_ATTENTION_TILES:
+        if bq > max(8, next_pow2(problem.s)):
+            continue
+        tiles = AttentionTiles(bq, bt, t)
+        if resource_problem(gpu_attention_resources(tiles, problem), hardware, "attention") is None:
+            fitting.append(tiles)
+    if not fitting:
+        bq, t = GPU_ATTENTION_TILES[-1]
+        chosen = AttentionTiles(bq, bt, t)
+    else:
+        chosen = min(fitting, key=lambda tiles: busiest_sm_attention_work(problem, tiles, hardware))
+    return AttentionTiles(chosen.block_q, chosen.block_t, threads or chosen.threads)
 
 
 def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None) -> AttentionTiles:
@@ -345,13 +400,25 @@ def choose_attention_tiles(problem: AttentionShape, hardware: Hardware, block=No
 
 
 def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionShape) -> KernelResources:
-    """Registers: BT/TPR scores, Dv/TPR output accumulators, m and l, the base.
-    Shared memory: the q, k, v and probability tiles in f32 (q, k, p rows padded)."""
-    tpr = tiles.threads_per_row
-    registers = tiles.block_t // tpr + ceil_div(problem.dv, tpr) + 2 + BASE_REGISTERS
+    """Registers: per row of the thread's R, BT/TPR scores, ⌈Dv/TPR⌉ output
+    accumulators, m, l and the base; plus the base. Shared memory: the q, k,
+    v and probability tiles in f32, rows padded (`attention_row_pads`)."""
+    tpr, r = tiles.threads_per_row, tiles.rows_per_thread
+    registers = r * (ceil_div(tiles.block_t, tpr) + ceil_div(problem.dv, tpr) + 3) + BASE_REGISTERS
     bq, bt = tiles.block_q, tiles.block_t
-    shared = (bq * (problem.d + 1) + bt * (problem.d + 1) + bt * problem.dv + bq * (bt + 1)) * f32.byte_size
+    q_pad, k_pad, p_pad = attention_row_pads(tiles)
+    shared = (bq * (problem.d + q_pad) + bt * (problem.d + k_pad) + bt * problem.dv + bq * (bt + p_pad)) * f32.byte_size
     return KernelResources(tiles.threads, registers, shared)
+
+
+def attention_row_pads(tiles: AttentionTiles) -> tuple[int, int, int]:
+    """Words of padding after each row of the q, k and probability tiles, so
+    that the rows a warp touches at once fall into different banks: q and k
+    rows are read down a column (one word apart: +1); a warp stores its
+    32/TPR consecutive rows × TPR probabilities, so a p row is padded to a
+    multiple of 32 plus TPR words."""
+    tpr = tiles.threads_per_row
+    return 1, 1, (tpr - tiles.block_t) % 32
 
 
 def cpu_attention_resources(tiles: AttentionTiles, problem: AttentionShape) -> KernelResources:

@@ -15,7 +15,8 @@ computed without a GPU (`fusecc report model.ir --counters`).
 - theoretical_occupancy: resident warps per SM over the most an SM holds,
   limited by registers (allocated per warp in units of 256), shared memory
   (static + dynamic + 1 KB reserved per block), threads and blocks per SM;
-  waves: the grid's blocks over (resident blocks per SM x SMs).
+  waves: the grid's blocks over (resident blocks per SM x SMs). Both are
+  `passes/backends/hardware.occupancy`, the arithmetic the cost model uses.
 """
 
 from __future__ import annotations
@@ -28,13 +29,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fusecc.passes.backends.hardware import Hardware
+from fusecc.passes.backends.hardware import Hardware, occupancy
 
 SAMPLE_BLOCKS = 2
-MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
-MAX_BLOCKS_PER_SM = 32
-REGISTER_ALLOCATION_UNIT = 256  # registers, per warp
-RESERVED_SHARED_PER_BLOCK = 1024  # bytes the system keeps per block (sm_80+)
 
 
 class _Counters(ctypes.Structure):  # cuda_cpu_sanitizer.h's san::Counters
@@ -68,25 +65,6 @@ class KernelCounters:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def resident_blocks(hardware: Hardware, threads: int, registers: int, shared_bytes: int) -> int:
-    """Blocks of this shape one SM holds at once (0: it does not fit)."""
-    warps = math.ceil(threads / hardware.warp_size)
-    per_warp = math.ceil(max(registers, 1) * hardware.warp_size / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
-    by_registers = hardware.registers_per_sm // (per_warp * warps)
-    by_threads = MAX_THREADS_PER_SM // (warps * hardware.warp_size)
-    by_shared = hardware.shared_memory_per_sm // (shared_bytes + RESERVED_SHARED_PER_BLOCK) if shared_bytes else MAX_BLOCKS_PER_SM
-    return max(0, min(by_registers, by_threads, by_shared, MAX_BLOCKS_PER_SM))
-
-
-def occupancy(hardware: Hardware, threads: int, registers: int, shared_bytes: int, blocks: int) -> tuple[float, float]:
-    """(theoretical occupancy, waves) of a launch of `blocks` blocks."""
-    resident = resident_blocks(hardware, threads, registers, shared_bytes)
-    if resident == 0:
-        return 0.0, math.inf
-    warps = math.ceil(threads / hardware.warp_size)
-    return resident * warps / (MAX_THREADS_PER_SM // hardware.warp_size), blocks / (resident * hardware.sm_count)
 
 
 def measure_access_streams(manifest, source: str, inputs: Mapping[str, Any] | Sequence[Any], *, cache_dir: str | os.PathLike | None = None) -> dict[str, _Counters]:

@@ -13,12 +13,15 @@ from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import fuse_module
 from fusecc.passes.tiling.contractions import (
     AttentionShape,
+    AttentionTiles,
     MatmulShape,
     choose_cpu_attention_tiles,
     choose_gpu_attention_tiles,
     cpu_attention_resources,
     choose_gpu_matmul_tiles,
+    gpu_attention_resources,
     gpu_matmul_resources,
+    resource_problem,
 )
 from fusecc.passes.tiling.tile import choose_tiles
 
@@ -121,12 +124,17 @@ func.func @f(%q: tensor<256x256xf32>, %k: tensor<256x256xf32>, %v: tensor<256x25
 """)
     attention = module.functions()[0].body.first_op
     problem = AttentionShape.of_op(attention)
-    on_h200, on_a100 = choose_gpu_attention_tiles(problem, H200), choose_gpu_attention_tiles(problem, A100)
-    assert on_a100.block_q < on_h200.block_q  # A100 has 163 KiB per block, H200 227 KiB
-    for hw, tiles in ((H200, on_h200), (A100, on_a100)):
+    # 64-row tiles of D = 256 need 210 KiB: they fit the H200's 227 KiB per
+    # block, not the A100's 163 KiB, so the A100 is offered smaller ones only.
+    big = AttentionTiles(64, 64, 128)
+    assert resource_problem(gpu_attention_resources(big, problem), H200, "attention") is None
+    assert resource_problem(gpu_attention_resources(big, problem), A100, "attention") is not None
+    for hw in (H200, A100):
+        tiles = choose_gpu_attention_tiles(problem, hw)
         cost = cm.estimate_ops([attention], hw)
         assert cm.check_limits(cost, hw) is None
-        assert cost.shared_memory_bytes == (2 * tiles.block_q * 257 + tiles.block_t * 256 + tiles.block_q * (tiles.block_t + 1)) * 4
+        pad = (8 - tiles.block_t) % 32
+        assert cost.shared_memory_bytes == (tiles.block_q * 257 + tiles.block_t * 257 + tiles.block_t * 256 + tiles.block_q * (tiles.block_t + pad)) * 4
     # On the CPU a worker's q, k, v and output tiles shrink to fit its cache.
     wide = AttentionShape(problem.op, (), 256, 256, 4096, 4096)
     on_cpu = choose_cpu_attention_tiles(wide, CPU)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from fusecc.passes.backends.cuda.manifest import Launch, Manifest, TensorArg, TensorSpec
-from fusecc.passes.backends.hardware import HARDWARE
-from fusecc.runtime.cuda.counters import measure_access_streams, occupancy, resident_blocks
+from fusecc.passes.backends.hardware import HARDWARE, occupancy, resident_blocks
+from fusecc.runtime.cuda.counters import measure_access_streams
 from fusecc.tools.fusecc import main as fusecc_main
 
 SOURCE = r"""

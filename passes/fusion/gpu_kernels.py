@@ -1,0 +1,85 @@
+"""What each GPU template launches and does, for the cost model
+(`gpu_time.py` turns it into seconds).
+
+From the tiles the tiler chooses (`tiling/geometry.py`,
+`tiling/contractions.py`), per kernel kind:
+
+* blocks and threads: the grid of the template (lowering/*.py);
+* global bytes each thread has in flight: what it loads before it first
+  uses any of it (a staged tile, an unrolled elementwise body);
+* warp-level shared-memory requests, counted from the template's loops:
+  - matmul, per block and BK step: each warp loads TM + TN fragment values
+    per k (scalar loads) and stores its share of the BM×BK and BK×BN tiles;
+  - attention, per block and BT-key step: each warp's loads are
+    `contractions.attention_shared_requests` (R rows per thread share each
+    key and value), and it stores its probabilities and its share of the K
+    and V tiles; causal attention visits on average (S + BQ) / 2 keys of T;
+  - elementwise and row kernels: none worth counting (a row kernel's
+    cross-warp partials are a few words per row).
+  The templates' padded tiles are conflict-free by design, so a request is
+  one wavefront unless measured ways (`fusecc report --counters`) say otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fusecc.compiler.traits import Contraction
+from fusecc.passes.backends.hardware import Hardware
+from fusecc.passes.fusion.gpu_time import GpuLaunch
+from fusecc.passes.tiling.contractions import AttentionShape, AttentionTiles, GpuMatmulTiles, MatmulShape, attention_shared_requests
+from fusecc.passes.tiling.geometry import TileConfig, elements_per_thread
+from fusecc.passes.tiling.resources import KernelBody
+from fusecc.passes.tiling.shapes import ceil_div
+
+WORD = 4  # bytes: tiles are staged in f32
+UNROLLED_LOADS = 8  # independent loads a thread of a row kernel keeps in flight
+
+
+def _contraction(body: KernelBody, name: str | None):
+    return next((op for op in body.ops if (op.name == name if name else op.has_trait(Contraction))), None)
+
+
+def _largest_output(body: KernelBody) -> int:
+    return max((v.type.num_elements for v in body.outputs if hasattr(v.type, "num_elements")), default=1)
+
+
+def gpu_launch_and_shared(body: KernelBody, kind: str, tiles: TileConfig, registers: int, shared_bytes: int, row_shape: tuple[int, int] | None, hardware: Hardware) -> tuple[GpuLaunch, float]:
+    """(the launch, its warp-level shared-memory requests) of the kernel that
+    lowers `body` as a `kind` group with `tiles` (`row_shape`: a row
+    kernel's rows and row length)."""
+    threads = max(1, tiles.threads)
+    warps = math.ceil(threads / hardware.warp_size)
+    inputs = max(1, len(body.inputs))
+    if kind == "matmul" and (op := _contraction(body, None)) is not None and len(tiles.block) == 2:
+        problem = MatmulShape.of_op(op)
+        bm, bn = tiles.block
+        bk = max(1, tiles.k)
+        blocks = problem.batch_size * ceil_div(problem.m, bm) * ceil_div(problem.n, bn) * max(1, tiles.split)
+        tm, tn = GpuMatmulTiles(bm, bn, bk, threads).micro_tile
+        per_step = bk * (tm + tn) + ceil_div((bm + bn) * bk, threads)
+        requests = blocks * ceil_div(problem.k, bk * max(1, tiles.split)) * warps * per_step
+        in_flight = (bm + bn) * bk * WORD / threads
+        return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight), requests
+    if kind == "attention" and (op := _contraction(body, "tensor.attention")) is not None and len(tiles.block) == 2:
+        problem = AttentionShape.of_op(op)
+        attention = AttentionTiles(*tiles.block, threads)
+        bq, bt = tiles.block
+        blocks = problem.batch_size * ceil_div(problem.s, bq)
+        keys = problem.t if not problem.causal else min(problem.t, (problem.s + bq) / 2)
+        loads, _ = attention_shared_requests(attention, problem)
+        stores = attention.rows_per_thread * ceil_div(bt, attention.threads_per_row) + ceil_div(bt * (problem.d + problem.dv), threads)
+        requests = blocks * warps * (math.ceil(keys / bt) * (loads + stores) + ceil_div(bq * problem.d, threads))
+        in_flight = bt * (problem.d + problem.dv) * WORD / threads
+        return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight), requests
+    if row_shape is not None and kind == "reduction":
+        rows, length = row_shape
+        split = max(1, tiles.split)
+        blocks = ceil_div(rows, max(1, tiles.rows_per_block)) * split
+        # Each thread loads its elements of a row in a loop of constant trip
+        # count, which the compiler unrolls (up to UNROLLED_LOADS at once).
+        per_thread = min(UNROLLED_LOADS, ceil_div(length, split * max(1, tiles.threads_per_row)))
+        return GpuLaunch(blocks, threads, registers, shared_bytes, WORD * inputs * per_thread), 0.0
+    per_thread = elements_per_thread(tiles, hardware)
+    blocks = ceil_div(_largest_output(body), threads * per_thread)
+    return GpuLaunch(blocks, threads, registers, shared_bytes, WORD * inputs * per_thread), 0.0

@@ -1,0 +1,105 @@
+"""The GPU attention template (R query rows per thread, 8 lanes per row
+group, padded shared tiles) run sanitized on the CPU harness against the
+numpy reference: masks of every broadcast, causal, ragged sequence lengths
+(S and T not multiples of the tiles), head dimensions 8, 64 and 128, and
+every (BQ, threads) tile of the chooser forced in turn. Then its counters:
+conflict-free shared memory, whole-sector global accesses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusecc.compiler import parse_module, verify
+from fusecc.driver.cuda_target import compile_program
+from fusecc.passes.backends.hardware import H200
+from fusecc.passes.tiling.contractions import GPU_ATTENTION_TILES, AttentionShape, AttentionTiles, choose_gpu_attention_tiles
+from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
+from fusecc.runtime.cuda.cpu_harness.sanitizer import run_sanitized
+from fusecc.runtime.reference import evaluate, random_input
+
+
+def program(q, k, v, mask=None, attrs="", tile=""):
+    """`@main` with one tensor.attention on shapes q, k, v (and a mask)."""
+
+    def ty(shape):
+        return f"tensor<{'x'.join(map(str, shape))}xf32>"
+
+    args = [f"%q: {ty(q)}", f"%k: {ty(k)}", f"%v: {ty(v)}"] + ([f"%m: {ty(mask)}"] if mask else [])
+    out = (*q[:-1], v[-1])
+    operands = "%q, %k, %v" + (", %m" if mask else "")
+    types = ", ".join(ty(s) for s in (q, k, v) + ((mask,) if mask else ()))
+    attributes = ", ".join(x for x in (attrs, tile) if x)
+    return (
+        f"func.func @main({', '.join(args)}) -> {ty(out)} {{\n"
+        f"  %o = tensor.attention {operands}{' {' + attributes + '}' if attributes else ''} : ({types}) -> {ty(out)}\n"
+        f"  func.return %o : {ty(out)}\n}}\n"
+    )
+
+
+def run(text: str, cache_dir):
+    module = parse_module(text, "attention.ir")
+    verify(module)
+    rng = np.random.default_rng(1)
+    inputs = [random_input(t, rng) for t in module.lookup("main").function_type.inputs]
+    (expected,) = evaluate(parse_module(text, "attention.ir"), "main", inputs)
+    source, manifest = compile_program(module, "main", "sm_90")
+    try:
+        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    return source, manifest, inputs, expected, outputs, findings
+
+
+CASES = {
+    "d8_ragged": ((2, 3, 37, 8), (2, 3, 53, 8), (2, 3, 53, 8), None, ""),
+    "d64_mask_per_key": ((1, 4, 40, 64), (1, 4, 70, 64), (1, 4, 70, 64), (1, 1, 1, 70), ""),
+    "d64_causal": ((2, 2, 75, 64), (2, 2, 75, 64), (2, 2, 75, 64), None, "causal = true"),
+    "d64_causal_full_mask": ((1, 2, 33, 64), (1, 2, 33, 64), (1, 2, 33, 64), (33, 33), "causal = true"),
+    "d128_ragged_dv": ((3, 29, 128), (3, 41, 128), (3, 41, 24), (3, 29, 41), ""),
+    "d128_causal": ((2, 70, 128), (2, 70, 128), (2, 70, 128), None, "causal = true"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_attention_matches_the_reference_sanitized(name, cuda_cache_dir):
+    q, k, v, mask, attrs = CASES[name]
+    _, _, _, expected, outputs, findings = run(program(q, k, v, mask, attrs), cuda_cache_dir)
+    assert findings == [], "\n".join(map(str, findings))
+    (out,) = outputs.values()
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bq,threads", GPU_ATTENTION_TILES)
+def test_every_tile_of_the_chooser_is_right(bq, threads, cuda_cache_dir, monkeypatch):
+    """Each (BQ, threads) of the chooser: 4, 2 or 1 rows per thread, on a
+    ragged causal problem with a mask, the chooser's answer forced."""
+    import fusecc.passes.tiling.contractions as contractions
+
+    real = contractions.choose_gpu_attention_tiles
+
+    def forced(problem, hardware, block=None, threads_=None):
+        return AttentionTiles(bq, 32, threads) if block is None else real(problem, hardware, block, threads_)
+
+    monkeypatch.setattr(contractions, "choose_gpu_attention_tiles", forced)
+    source, manifest, _, expected, outputs, findings = run(program((2, 45, 64), (2, 45, 64), (2, 45, 40), (45, 45), "causal = true"), cuda_cache_dir)
+    assert [launch.block[0] for launch in manifest.launches] == [threads]
+    assert findings == [], "\n".join(map(str, findings))
+    (out,) = outputs.values()
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_chooser_fills_the_machine_for_a_short_sequence():
+    """BERT-base attention (12 heads, S = T = 128): tiles small enough for
+    at least 96 blocks on the 132 SMs, rather than 24 of 64 rows."""
+    module = parse_module(program((1, 12, 128, 64), (1, 12, 128, 64), (1, 12, 128, 64)), "bert.ir")
+    op = next(op for op in module.walk() if op.name == "tensor.attention")
+    tiles = choose_gpu_attention_tiles(AttentionShape.of_op(op), H200)
+    assert 12 * (128 // tiles.block_q) >= 96
+
+
+def test_a_long_sequence_takes_four_rows_per_thread():
+    module = parse_module(program((16, 1024, 64), (16, 1024, 64), (16, 1024, 64)), "long.ir")
+    op = next(op for op in module.walk() if op.name == "tensor.attention")
+    tiles = choose_gpu_attention_tiles(AttentionShape.of_op(op), H200)
+    assert (tiles.block_q, tiles.threads, tiles.rows_per_thread, tiles.threads_per_row) == (64, 128, 4, 8)
