@@ -141,3 +141,32 @@ def maximum(exprs) -> str:
 
 
 __all__ = ["ShapeExpr", "ShapeExprError", "align_up", "maximum", "parse_shape_expr", "product", "total"]
+
+
+def from_sympy(expr) -> str:
+    """A dim of the tensor level (an int or a sympy expression of dim
+    symbols, compiler/dims.py) as a shape expression's text."""
+    if type(expr) is int:
+        return str(expr)
+    if expr.is_Integer:
+        return str(int(expr))
+    if expr.is_Symbol:
+        return parse_shape_expr(expr.name).text
+    args = [from_sympy(a) for a in expr.args] if expr.func.__name__ not in ("floor", "ceiling") else None
+    name = expr.func.__name__
+    if name == "Add":
+        return total(args)
+    if name == "Mul":
+        return product(args)
+    if name in ("Max", "Min"):
+        return f"{name.lower()}({', '.join(args)})"
+    if name == "Mod":
+        return f"{_atom(args[0])} % {_atom(args[1])}"
+    if name in ("floor", "ceiling"):
+        numerator, denominator = expr.args[0].as_numer_denom()
+        n, d = from_sympy(numerator), from_sympy(denominator)
+        return f"{_atom(n)}//{_atom(d)}" if name == "floor" else f"-(-{_atom(n)}//{_atom(d)})"
+    raise ShapeExprError(f"the dim {expr} has no shape expression yet")
+
+
+__all__ += ["from_sympy"]

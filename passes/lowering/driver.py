@@ -42,6 +42,8 @@ from fusecc.dialects import loop
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp, YieldOp
 
+from fusecc.compiler import shape_expr
+from fusecc.passes.lowering import dynamic_loops
 from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, LoweredGroup, memref_for
 from fusecc.passes.lowering.matmul_mma import ALLOW_TF32
 from fusecc.passes.lowering.scalar_emitter import LoweringError
@@ -123,12 +125,18 @@ class FunctionLowering:
         self.kernels: list[loop.KernelOp] = []
         self.lowered: dict[tuple, LoweredGroup] = {}  # by the group's structure
         self.arena = 0
+        self.dynamic_arena: list[str] = []  # the naive plan's `?`-sized buffers, aligned byte sizes
 
     # --- buffers ---------------------------------------------------------------
     def arena_buffer(self, t: MemRefType, hint: str | None = None) -> Value:
         """A fresh intermediate at the naive plan's next offset."""
         offset = self.arena
-        self.arena += align(t.byte_size, self.hw.buffer_alignment)
+        if self.dynamic_arena:
+            offset = shape_expr.total([offset, *self.dynamic_arena])
+        if t.has_dynamic_shape:
+            self.dynamic_arena.append(shape_expr.align_up(shape_expr.from_sympy(t.byte_size), self.hw.buffer_alignment))
+        else:
+            self.arena += align(t.byte_size, self.hw.buffer_alignment)
         view = self.b.create(loop.ArenaViewOp, [], {"offset": offset}, [t])
         view.result.name_hint = hint
         return view.result
@@ -146,8 +154,14 @@ class FunctionLowering:
         return self.b.create(loop.ViewOp, [source], {}, [t]).result
 
     # --- the function ------------------------------------------------------------
+    @property
+    def dynamic(self) -> bool:
+        return any(isinstance(a.type, MemRefType) and a.type.has_dynamic_shape for a in self.schedule.body.args) or bool(self.dynamic_arena)
+
     def run(self, next_id) -> None:
         body = self.func.body
+        if self.dynamic:
+            dynamic_loops.check_supported(self.func, self.hw)
         for op in reversed(list(body)):
             # Nothing reads it: no kernel (all tensor ops and groups are pure).
             if op.results and not any(r.has_uses() for r in op.results) and not isinstance(op, F.CallOp):
@@ -169,6 +183,9 @@ class FunctionLowering:
                 self.finish(op, homes)
         self.schedule.attributes["arena_size"] = A.IntegerAttr(self.arena)
         self.schedule.attributes["plan.alignment"] = A.IntegerAttr(self.hw.buffer_alignment)
+        if self.dynamic:
+            self.schedule.attributes["arena_size"] = A.from_python(shape_expr.total([self.arena, *self.dynamic_arena]))
+            dynamic_loops.erase_dims(self.schedule, self.kernels)
 
     def homes(self, ret: F.ReturnOp) -> dict[Value, int]:
         """Group results that are written straight into a result buffer."""
@@ -191,6 +208,8 @@ class FunctionLowering:
         # A group identical to one lowered before (the same layer again)
         # launches that group's kernels: templates see only the group.
         key = structural_key(group, ("id",))
+        if dynamic_loops.is_dynamic(group):  # `?` prints alike: sizes that differ must not share kernels
+            key = (key, dynamic_loops.shapes_key(group))
         lowered = self.lowered.get(key)
         first = lowered is None
         if first:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fusecc.passes.backends.hardware import Hardware
+from fusecc.compiler import dims
 from fusecc.compiler.ir import Value
 
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, ceil_div, product, threads
@@ -86,6 +87,16 @@ def elementwise_part(hw: Hardware, em: ScalarEmitter, shape: tuple[int, ...], ou
         return Part(ceil_div(n, span), emit_gpu)
 
     last = shape[-1] if shape else 1
+    if not all(type(d) is int for d in shape):
+        # `?` dims (docs/dynamic-shapes.md): the chunk was chosen at the
+        # --shape-hint sizes; counts are expressions the kernel computes from
+        # its arguments' sizes, and a `?` last axis is always guarded.
+        rows = product(shape[:-1])
+        chunk = config.block[0] if config.block else 16
+        chunk = max(1, min(chunk, last)) if type(last) is int else chunk
+        chunks = ceil_div(last, chunk) if type(last) is int else dims.sympy().ceiling(last / chunk)
+        ragged = type(last) is not int or last % chunk
+        return Part(rows * chunks, lambda kb, unit: _emit_cpu(kb, em, outputs, shape, rows, chunk, chunks, ragged, unit))
     rows = n // last if last else 0
     chunk = config.block[0] if config.block else elementwise_block(hw, shape)[1][0]
     chunk = max(1, min(chunk, last))
@@ -109,6 +120,22 @@ def elementwise_part(hw: Hardware, em: ScalarEmitter, shape: tuple[int, ...], ou
         kb.parallel([chunk], ["vector"], lane, ["v"])
 
     return Part(rows * chunks if shape else 1, emit_cpu)
+
+
+def _emit_cpu(kb: KernelBuilder, em: ScalarEmitter, outputs: Sequence[Output], shape, rows, chunk: int, chunks, ragged: bool, unit: Value) -> None:
+    """The CPU part's body for shapes with `?` dims (the same loop nest)."""
+    row, part = kb.im.delinearize(unit, [rows, chunks])
+    outer = [kb.named(i, f"i{axis}") for axis, i in enumerate(kb.im.delinearize(row, shape[:-1]))]
+
+    def lane(v: Value) -> None:
+        j = kb.im.add(kb.im.mul(part, kb.im.const(chunk)), v)
+        store = lambda: compute_and_store(kb, em, outputs, outer + [j])  # noqa: E731
+        if ragged:
+            kb.if_(kb.lt(j, shape[-1]), store)
+        else:
+            store()
+
+    kb.parallel([chunk], ["vector"], lane, ["v"])
 
 
 __all__ = ["Output", "compute_and_store", "elementwise_part", "elementwise_parts"]

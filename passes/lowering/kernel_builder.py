@@ -57,9 +57,15 @@ from fusecc.dialects import arith, loop
 
 from fusecc.passes.lowering.barriers import place_barriers_in
 from fusecc.passes.tiling.shapes import ceil_div, compute_type, next_pow2, product
+from fusecc.compiler.diagnostics import error
 from fusecc.passes.lowering.scalar_emitter import IndexMath, ScalarEmitter, Scalars, _number_attr, visible_here
 
 IndexLike = Value | int
+
+
+def _int_or(size):
+    """A sympy number as an int (index constants are ints), else the expression."""
+    return int(size) if size.is_Integer else size
 
 
 class KernelIndexMath(IndexMath):
@@ -72,8 +78,13 @@ class KernelIndexMath(IndexMath):
         self._divisions: dict[tuple, Value] = {}
 
     def const(self, value: int) -> Value:
+        """An index constant; a dynamic size (a sympy expression of dim
+        symbols) is computed at the kernel's entry from its arguments' sizes."""
         found = self._constants.get(value)
         if found is None:
+            if type(value) is not int:
+                found = self._constants[value] = self.kb.runtime_size(value)
+                return found
             found = self.kb.hoist(arith.ConstantOp, {"value": A.IntegerAttr(value, index)})
             self.known[found] = value
             self._constants[value] = found
@@ -88,9 +99,13 @@ class KernelIndexMath(IndexMath):
         return found
 
     def div(self, a: Value, divisor: int) -> Value:
+        if type(divisor) is not int:  # a dynamic size
+            return self._memo("div", a, divisor, lambda a, d: self._op(arith.DivOp, a, self.const(d)))
         return self._memo("div", a, divisor, super().div)
 
     def rem(self, a: Value, divisor: int) -> Value:
+        if type(divisor) is not int:
+            return self._memo("rem", a, divisor, lambda a, d: self._op(arith.RemOp, a, self.const(d)))
         return self._memo("rem", a, divisor, super().rem)
 
     def delinearize(self, flat: Value, shape) -> list[Value]:
@@ -159,9 +174,10 @@ class KernelBuilder:
         """A scalar emitter that builds here, with this kernel's constants."""
         return KernelEmitter(self, buffers)
 
-    def hoist(self, op_class, attributes) -> Value:
-        """A constant at the top of the kernel, visible everywhere in it."""
-        op = op_class.create([], attributes, location=self.kernel.location)
+    def hoist(self, op_class, attributes, operands=()) -> Value:
+        """A constant (or a size computed from the arguments' sizes) at the
+        top of the kernel, visible everywhere in it."""
+        op = op_class.create(list(operands), attributes, location=self.kernel.location)
         body = self.kernel.body
         if self._last_hoisted is not None:
             body.insert_after(op, self._last_hoisted)
@@ -174,7 +190,38 @@ class KernelBuilder:
 
     # --- values ----------------------------------------------------------------
     def index(self, value: IndexLike) -> Value:
-        return self.im.const(value) if isinstance(value, int) else value
+        return value if isinstance(value, Value) else self.im.const(value)
+
+    def runtime_size(self, size) -> Value:
+        """A dynamic size (a sympy expression of dim symbols; compiler/dims.py)
+        as an index value at the kernel's entry: the `loop.dim` of an argument
+        axis of exactly that size, or arithmetic on such sizes."""
+        for arg in self.kernel.body.args:
+            t = arg.type
+            if isinstance(t, MemRefType):
+                for axis, d in enumerate(t.shape):
+                    if type(d) is not int and d == size:
+                        return self.hoist(loop.DimOp, {"axis": axis}, [arg])
+        name = size.func.__name__
+        if name in ("Add", "Mul"):
+            terms = [self.index(_int_or(a)) for a in size.args]
+            op = arith.AddOp if name == "Add" else arith.MulOp
+            result = terms[0]
+            for term in terms[1:]:
+                result = self.hoist(op, {}, [result, term])
+            return result
+        if name in ("floor", "ceiling"):
+            numerator, denominator = size.args[0].as_numer_denom()
+            if denominator.is_Integer and denominator > 0:
+                # arith.div truncates: round a size (not negative) up by adding
+                # d - 1 first; floor(-n/d) is -ceiling(n/d) (ceil_div's spelling)
+                negated = not numerator.is_nonnegative and (-numerator).is_nonnegative
+                n, d = self.index(_int_or(-numerator if negated else numerator)), int(denominator)
+                if (name == "ceiling") != negated:
+                    n = self.hoist(arith.AddOp, {}, [n, self.im.const(d - 1)])
+                quotient = self.hoist(arith.DivOp, {}, [n, self.im.const(d)])
+                return self.hoist(arith.SubOp, {}, [self.im.const(0), quotient]) if negated else quotient
+        raise error(self.kernel.location, f"the size {size} is not the size of an axis of the kernel's buffers: dynamic shapes like this are not supported yet (docs/dynamic-shapes.md)")
 
     def named(self, value: Value, hint: str) -> Value:
         if value.name_hint is None and value.defining_op is not None and not isinstance(value.defining_op, arith.ConstantOp):
@@ -202,6 +249,8 @@ class KernelBuilder:
 
     def sub_index(self, a: IndexLike, b: int) -> Value:
         a = self.index(a)
+        if type(b) is not int:  # a dynamic size
+            return self.b.create(arith.SubOp, [a, self.index(b)]).result
         known = self.im.value_of(a)
         if known is not None or not b:
             return self.im.const(known - b) if known is not None else a
@@ -248,7 +297,8 @@ class KernelBuilder:
             self.b.set_insertion_point(saved)
 
     def parallel(self, upper: Sequence[int], mapping: Sequence[str], body: Callable[..., None], names: Sequence[str] = ()) -> loop.ParallelOp:
-        op = self.b.insert(loop.ParallelOp.build(list(upper), list(mapping), self.kernel.location))
+        upper = [u if isinstance(u, (int, Value)) else self.index(u) for u in upper]  # a dynamic size: its value
+        op = self.b.insert(loop.ParallelOp.build(upper, list(mapping), self.kernel.location))
         for arg, name in zip(op.body.args, names):
             arg.name_hint = name
         self._in_block(op.body, lambda: body(*op.body.args))
@@ -308,7 +358,7 @@ class Part:
 
 def build_kernel(kb: KernelBuilder, parts: Sequence[Part], threads: int = 1) -> loop.KernelOp:
     """Wraps `parts` in the GPU or CPU skeleton of `kb.kernel` and returns it."""
-    parts = [p for p in parts if p.units > 0]
+    parts = [p for p in parts if type(p.units) is not int or p.units > 0]  # a dynamic count of units may be 0: the loop runs none
     total = sum(p.units for p in parts)
     gpu = kb.hw.is_gpu
 
@@ -316,7 +366,9 @@ def build_kernel(kb: KernelBuilder, parts: Sequence[Part], threads: int = 1) -> 
         kb._outer_body = kb.b.insertion_point.block
         dispatch(kb, parts, unit, 0)
 
-    if total > 0:
+    if type(total) is not int:
+        kb.parallel([kb.index(total)], ["block.x" if gpu else "worker"], outer, ["block" if gpu else "unit"])
+    elif total > 0:
         kb.parallel([total], ["block.x" if gpu else "worker"], outer, ["block" if gpu else "unit"])
     kb.b.create(loop.ReturnOp)
     prune(kb.kernel)

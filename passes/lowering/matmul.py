@@ -65,6 +65,7 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
+from fusecc.passes.lowering.dynamic_loops import dynamic_cpu_tiles, is_dynamic
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
 from fusecc.passes.lowering.kernel_builder import Part, ceil_div, dispatch
@@ -293,7 +294,7 @@ MAX_GRID_YZ = 65535
 def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     problem = MatmulProblem.of(group)
     if not hardware.is_gpu:
-        return lower_matmul_cpu(group, problem, cpu_matmul_tiles(group, problem, hardware), hardware)
+        return lower_matmul_cpu(group, problem, dynamic_cpu_tiles(group, hardware) if is_dynamic(group) else cpu_matmul_tiles(group, problem, hardware), hardware)
     kind = mma_kind(group, problem, hardware)  # tensor cores: f16/bf16 (and f32 under --allow-tf32) on sm_80+
     if kind is not None:
         return lower_matmul_mma(group, problem, kind, hardware)

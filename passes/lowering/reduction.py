@@ -54,7 +54,7 @@ elementwise kernel of the outputs with the stats loaded from scratch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -65,6 +65,8 @@ from fusecc.compiler.types import MemRefType, ScalarType, f32, i1
 from fusecc.dialects import arith, loop
 from fusecc.dialects.fusion import GroupOp
 
+from fusecc.compiler.diagnostics import error
+from fusecc.passes.lowering import dynamic_loops
 from fusecc.passes.lowering.elementwise import Output, compute_and_store, elementwise_parts
 from fusecc.passes.lowering.interface import ArgRef, Launch, LoweredGroup, group_io_kernel, input_buffers, kernel_name, memref_for, output_buffers, template
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, build_kernel, ceil_div, product, threads
@@ -469,7 +471,8 @@ def element_caches(kb: KernelBuilder, plan: RowPlan) -> dict[Stat, Value]:
                 taken.add(buffer)
                 break
         else:
-            if product(stat.reduced_shape) * 4 <= LOCAL_CACHE_BYTES:
+            row_elements = product(stat.reduced_shape)
+            if type(row_elements) is int and row_elements * 4 <= LOCAL_CACHE_BYTES:  # a `?` row: recomputed
                 caches[stat] = kb.alloc(MemRefType(list(stat.reduced_shape), f32, "local"), f"kept_{stat.name}")
     return caches
 
@@ -700,6 +703,12 @@ def lower_group(group: GroupOp, hw: Hardware) -> LoweredGroup:
     (matmul and attention too, naively, when they arrive as `opaque`)."""
     config = tile_config(group, hw)
     analysis = analyse(group)
+    if dynamic_loops.is_dynamic(group) and analysis.nodes:
+        # `?` dims: one worker per row, the rows and their length known at run time
+        lowered = lower_rows(group, hw, analysis, replace(config, split=1))
+        if lowered is None:
+            raise error(group.location, "a reduction group with '?' dims that is not row-local is not supported yet on the CPU (docs/dynamic-shapes.md)")
+        return lowered
     if not analysis.nodes:
         kernel, refs = group_io_kernel(group)
         kb = KernelBuilder(kernel, hw)

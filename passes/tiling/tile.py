@@ -42,9 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.dims import function_is_dynamic
+from fusecc.compiler.dims import hinted_shape
 from fusecc.compiler.diagnostics import error
 from fusecc.compiler.ir import Operation
+from fusecc.compiler.types import TensorType
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.backends.hardware import Hardware, pass_hardware
@@ -87,6 +88,12 @@ def choose_tiles(group: GroupOp, hw: Hardware, overrides: Overrides | None = Non
     # which the fusion cost model uses for candidate groups too: one
     # estimate for the fusion decisions and the tiles.
     overrides = overrides or Overrides()
+    if any(not v.type.is_static for v in _tensor_values(group)):
+        hinted = hinted_copy(group)
+        try:
+            return choose_tiles(hinted, hw, overrides)
+        finally:
+            hinted.erase()
     kind = group.attr("kind")
     outputs = group.yield_op.operands
     config = choose_geometry(kind, group.body_ops(), [v.type.shape for v in outputs], hw, overrides)
@@ -95,6 +102,24 @@ def choose_tiles(group: GroupOp, hw: Hardware, overrides: Overrides | None = Non
     if overrides != Overrides():
         check_limits(group, hw, config)
     return config
+
+
+def _tensor_values(group: Operation):
+    for op in group.walk():
+        for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.args]:
+            if isinstance(v.type, TensorType):
+                yield v
+
+
+def hinted_copy(group: GroupOp) -> GroupOp:
+    """A detached copy of `group` whose `?` dims are at their --shape-hint
+    sizes: tiles are chosen without the sizes (the kernels take them at run
+    time, docs/dynamic-shapes.md), for the sizes the user expects."""
+    copy = group.clone()
+    for v in _tensor_values(copy):
+        if not v.type.is_static:
+            v.type = v.type.with_shape(hinted_shape(v.type.shape))
+    return copy
 
 
 # --------------------------------------------------------------------------- limits
@@ -142,7 +167,6 @@ class Tile(Pass):
             forced = Overrides(self.threads or None, parse_block(self.block), self.k or None, self.rows_per_block or None, self.split or None)
         except ValueError as exc:
             raise error(op.location, f"tile: {exc}") from None
-        _refuse_dynamic_shapes(op, hw)
         for group in op.walk():
             if not isinstance(group, GroupOp):
                 continue
@@ -152,18 +176,6 @@ class Tile(Pass):
             for name in TILE_ATTRIBUTES:
                 group.attributes.pop(name, None)
             group.attributes.update(config.attributes())
-
-
-def _refuse_dynamic_shapes(module: Operation, hw) -> None:
-    """dynamic-shapes guard (H3 removes it when tiles take runtime extents):
-    below the fused level every size must be known."""
-    for func in module.walk():
-        if func.name == "func.func" and function_is_dynamic(func):
-            raise error(
-                func.location,
-                f"dynamic shapes ('?' dims) are not supported yet on this target ({hw.name}); "
-                "run the program with --target reference (docs/dynamic-shapes.md)",
-            )
 
 
 def _fields(o: Overrides):

@@ -1,0 +1,132 @@
+"""Lowering functions with `?` dims to loops (docs/dynamic-shapes.md, below
+the tensor level).
+
+The templates build kernels over memrefs whose dims are the tensor level's
+sympy expressions (`B*S`), so a template asks for a size by its expression
+and the kernel builder computes it from its arguments' `loop.dim`s
+(`KernelBuilder.runtime_size`). When a function is lowered, `erase_dims`
+turns every such memref into the loop level's `memref<?x...>` and writes the
+expressions as text where the schedule needs them: `arg_sizes` on the
+schedule, `sizes` on its views. Which groups the templates can lower with
+`?` dims yet is decided here, up front, with a located error for the rest.
+"""
+
+from __future__ import annotations
+
+from fusecc.compiler import attributes as A
+from fusecc.compiler.diagnostics import error
+from fusecc.compiler.dims import unbound_dim
+from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.shape_expr import from_sympy
+from fusecc.compiler.traits import Elementwise
+from fusecc.compiler.types import MemRefType, TensorType
+from fusecc.dialects import loop
+from fusecc.dialects.fusion import GroupOp
+
+def _reduction_op(op: Operation) -> bool:
+    """Row reductions whose counts are static or not needed (a mean over a
+    `?` axis would divide by a runtime count: not yet)."""
+    if op.has_trait(Elementwise) or op.name in ("tensor.softmax", "tensor.reduce_sum", "tensor.reduce_max", "tensor.reduce_min"):
+        return True
+    if op.name in ("tensor.layernorm", "tensor.rmsnorm"):
+        return type(op.operands[0].type.shape[-1]) is int
+    if op.name == "tensor.reduce_mean":
+        shape = op.operands[0].type.shape
+        return all(type(shape[a]) is int for a in op.normalized_axes)
+    return False
+
+
+# Group kinds whose CPU templates take `?` dims, with the ops they may hold.
+SUPPORTED = {
+    "elementwise": lambda op: op.has_trait(Elementwise),
+    "reduction": _reduction_op,
+    "matmul": lambda op: op.has_trait(Elementwise) or (op.name == "tensor.matmul" and all(type(d) is int for d in op.operands[1].type.shape)),
+}
+
+
+def _shaped_values(op: Operation):
+    for inner in op.walk():
+        for v in list(inner.results) + [a for r in inner.regions for b in r.blocks for a in b.args]:
+            if isinstance(v.type, (TensorType, MemRefType)):
+                yield v
+
+
+def is_dynamic(group: GroupOp) -> bool:
+    return any(not v.type.is_static for v in _shaped_values(group))
+
+
+def shapes_key(group: GroupOp) -> tuple:
+    """The group's shapes with their dim expressions (`?` prints alike)."""
+    return tuple(str(tuple(v.type.shape)) for v in list(group.operands) + list(group.results))
+
+
+def check_supported(func: Operation, hw) -> None:
+    """A located error for what cannot be lowered with `?` dims yet."""
+    if hw.is_gpu:
+        raise error(func.location, f"dynamic shapes ('?' dims) are not supported yet on GPU targets ({hw.name}); use --target cpu or --target reference (docs/dynamic-shapes.md)")
+    for group in func.walk():
+        if not isinstance(group, GroupOp) or not is_dynamic(group):
+            continue
+        kind = group.attr("kind")
+        allowed = SUPPORTED.get(kind)
+        refused = next((op for op in group.body_ops() if allowed is None or not allowed(op)), None)
+        if refused is not None:
+            raise error(
+                refused.location,
+                f"'{refused.name}' in a {kind} group with '?' dims is not supported yet on the CPU (docs/dynamic-shapes.md); "
+                "give the dims sizes (--shape) or use --target reference",
+            )
+
+
+def erased(t):
+    """The loop level's type: every dynamic dim is the bare `?`."""
+    if isinstance(t, MemRefType) and t.has_dynamic_shape:
+        return MemRefType([d if type(d) is int else unbound_dim() for d in t.shape], t.element_type, t.memory_space)
+    return t
+
+
+def size_texts(t: MemRefType) -> list[str]:
+    return [from_sympy(t.shape[axis]) for axis in t.dynamic_axes]
+
+
+def _erase(value: Value) -> None:
+    value.type = erased(value.type)
+
+
+def erase_dims(schedule: loop.ScheduleOp, kernels) -> None:
+    """The loop level's `memref<?x..>` everywhere, the sizes as text."""
+    schedule.attributes["arg_sizes"] = A.from_python([size_texts(a.type) for a in schedule.body.args])
+    for arg in schedule.body.args:
+        _erase(arg)
+    for op in schedule.body:
+        if isinstance(op, (loop.ArenaViewOp, loop.ViewOp)) and op.result.type.has_dynamic_shape:
+            op.attributes["sizes"] = A.from_python(size_texts(op.result.type))
+        for result in op.results:
+            _erase(result)
+    for kernel in kernels:
+        for arg in kernel.body.args:
+            _erase(arg)
+        for op in kernel.walk():
+            for result in op.results:
+                _erase(result)
+
+
+__all__ = ["SUPPORTED", "check_supported", "dynamic_cpu_tiles", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
+
+
+def dynamic_cpu_tiles(group: GroupOp, hardware):
+    """A matmul group's CPU tiles when it has `?` dims: chosen at the
+    --shape-hint sizes (on a copy of the group), without packing A (its
+    panels would be a `?`-sized scratch buffer); B is packed when static."""
+    from dataclasses import replace
+
+    from fusecc.passes.lowering.matmul import MatmulProblem, cpu_matmul_tiles
+    from fusecc.passes.tiling.tile import hinted_copy
+
+    hinted = hinted_copy(group)
+    try:
+        tiles = cpu_matmul_tiles(hinted, MatmulProblem.of(hinted), hardware)
+    finally:
+        hinted.erase()
+    rhs = MatmulProblem.of(group).rhs.type
+    return replace(tiles, pack_a=False, pack_b=tiles.pack_b and rhs.is_static)
