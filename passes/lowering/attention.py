@@ -52,6 +52,7 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
+from fusecc.passes.lowering.dynamic_loops import dynamic_attention_tiles, is_dynamic
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, template
 from fusecc.passes.lowering.kernel_builder import ceil_div
@@ -124,7 +125,7 @@ def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, 
 @template("attention")
 def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     problem = AttentionProblem.of(group)
-    tiles = attention_tiles(group, problem, hardware)
+    tiles = dynamic_attention_tiles(group, hardware) if is_dynamic(group) else attention_tiles(group, problem, hardware)
     writer = lower_attention_gpu(group, problem, tiles, hardware) if hardware.is_gpu else lower_attention_cpu(group, problem, tiles, hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 

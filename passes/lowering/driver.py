@@ -218,7 +218,11 @@ class FunctionLowering:
                 # (templates index blocks by sizes that are 0 here).
                 empty = all(r.type.num_elements == 0 for r in group.results)
                 lowered = self.lowered[key] = LoweredGroup() if empty else fn(group, self.hw)
-            except LoweringError as exc:
+            except (LoweringError, TypeError) as exc:
+                if dynamic_loops.is_dynamic(group):  # a template that cannot take these `?` sizes yet
+                    raise dynamic_loops.not_supported(group, exc) from None
+                if not isinstance(exc, LoweringError):
+                    raise
                 # Fusion forms only groups the templates can lower, so this is fusecc's bug.
                 refused = error(group.location, f"cannot lower group {group.attr('id')} ({kind}): {exc}")
                 raise located_bug("the lowering", refused, "fusion formed a group its lowering cannot lower; this is a compiler bug") from None

@@ -24,23 +24,25 @@ from fusecc.dialects import loop
 from fusecc.dialects.fusion import GroupOp
 
 def _reduction_op(op: Operation) -> bool:
-    """Row reductions whose counts are static or not needed (a mean over a
-    `?` axis would divide by a runtime count: not yet)."""
-    if op.has_trait(Elementwise) or op.name in ("tensor.softmax", "tensor.reduce_sum", "tensor.reduce_max", "tensor.reduce_min"):
-        return True
+    """Anything but a mean (or a norm) over a `?` axis, which would divide by
+    a count known only at run time (not yet)."""
     if op.name in ("tensor.layernorm", "tensor.rmsnorm"):
         return type(op.operands[0].type.shape[-1]) is int
     if op.name == "tensor.reduce_mean":
         shape = op.operands[0].type.shape
         return all(type(shape[a]) is int for a in op.normalized_axes)
-    return False
+    return op.name not in ("tensor.matmul", "tensor.attention")
 
 
 # Group kinds whose CPU templates take `?` dims, with the ops they may hold.
+# (A template that meets a size it cannot handle raises; the driver reports
+# that as not supported too: `not_supported`.)
 SUPPORTED = {
-    "elementwise": lambda op: op.has_trait(Elementwise),
+    "elementwise": lambda op: True,
+    "injective": lambda op: True,
     "reduction": _reduction_op,
-    "matmul": lambda op: op.has_trait(Elementwise) or (op.name == "tensor.matmul" and all(type(d) is int for d in op.operands[1].type.shape)),
+    "attention": lambda op: True,
+    "matmul": lambda op: op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape),
 }
 
 
@@ -78,6 +80,12 @@ def check_supported(func: Operation, hw) -> None:
             )
 
 
+def not_supported(group: GroupOp, reason: Exception):
+    """The located error for a group a template could not lower with `?`
+    sizes (a size it must compare at compile time, say)."""
+    return error(group.location, f"group {group.attr('id')} ({group.attr('kind')}) with '?' dims is not supported yet on the CPU ({reason}); give the dims sizes (--shape) or use --target reference (docs/dynamic-shapes.md)")
+
+
 def erased(t):
     """The loop level's type: every dynamic dim is the bare `?`."""
     if isinstance(t, MemRefType) and t.has_dynamic_shape:
@@ -111,7 +119,7 @@ def erase_dims(schedule: loop.ScheduleOp, kernels) -> None:
                 _erase(result)
 
 
-__all__ = ["SUPPORTED", "check_supported", "dynamic_cpu_tiles", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
+__all__ = ["SUPPORTED", "check_supported", "dynamic_attention_tiles", "dynamic_cpu_tiles", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
 
 
 def dynamic_cpu_tiles(group: GroupOp, hardware):
@@ -130,3 +138,17 @@ def dynamic_cpu_tiles(group: GroupOp, hardware):
         hinted.erase()
     rhs = MatmulProblem.of(group).rhs.type
     return replace(tiles, pack_a=False, pack_b=tiles.pack_b and rhs.is_static)
+
+
+def dynamic_attention_tiles(group: GroupOp, hardware):
+    """An attention group's tiles when it has `?` dims: chosen at the
+    --shape-hint sizes (on a copy of the group); the CPU template guards the
+    last query and key tiles at the runtime S and T."""
+    from fusecc.passes.lowering.attention import AttentionProblem, attention_tiles
+    from fusecc.passes.tiling.tile import hinted_copy
+
+    hinted = hinted_copy(group)
+    try:
+        return attention_tiles(hinted, AttentionProblem.of(hinted), hardware)
+    finally:
+        hinted.erase()

@@ -197,7 +197,7 @@ def reshape_groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[slice, slic
         pa, pb = a[i], b[j]
         i, j = i + 1, j + 1
         while pa != pb:
-            if pa < pb:
+            if _divides(pa, pb):
                 pa, i = pa * a[i], i + 1
             else:
                 pb, j = pb * b[j], j + 1
@@ -208,6 +208,17 @@ def reshape_groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[slice, slic
         last = groups.pop()
         groups.append((slice(last[0].start, len(a)), slice(last[1].start, len(b))))
     return groups
+
+
+def _divides(pa, pb) -> bool:
+    """Is the run product `pa` the smaller one (it divides `pb`)? With `?`
+    sizes (sympy products of dims) by divisibility, which a run ordering
+    needs; for ints, by size."""
+    if type(pa) is int and type(pb) is int:
+        return pa < pb
+    from fusecc.compiler.dims import sympy
+
+    return sympy().cancel(pb / pa).as_numer_denom()[1] == 1
 
 
 def reshape_index(idx: Index, from_shape: Sequence[int], to_shape: Sequence[int], im: IndexMath) -> list[Value]:
