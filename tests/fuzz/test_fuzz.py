@@ -91,6 +91,28 @@ def test_the_oracle_follows_the_numerics_page():
     bf = Type((1,), "bf16")
     add = _single("add", [bf, bf], {}, [[1.0], [2.0**-9]])
     assert add.tolist() == [1.0]
+    # max/min: IEEE 754-2019 maximum/minimum, +0 > -0 in either order, NaN propagates; relu(-0) = +0
+    zeros = [np.array([-0.0, 0.0, np.nan, 1.0], np.float32), np.array([0.0, -0.0, 1.0, np.nan], np.float32)]
+    assert np.signbit(_single("max", [f32(4), f32(4)], {}, zeros)[:2]).tolist() == [False, False]
+    assert np.signbit(_single("min", [f32(4), f32(4)], {}, zeros)[:2]).tolist() == [True, True]
+    assert np.isnan(_single("max", [f32(4), f32(4)], {}, zeros)[2:]).all()
+    assert not np.signbit(_single("relu", [f32(1)], {}, [np.array([-0.0], np.float32)])[0])
+    rows = np.array([[-0.0, 0.0], [0.0, -0.0], [-0.0, -0.0]], np.float32)
+    assert np.signbit(_single("reduce_max", [f32(3, 2)], {"axes": [1]}, [rows])).tolist() == [False, False, True]
+    assert np.signbit(_single("reduce_min", [f32(3, 2)], {"axes": [-1]}, [rows])).tolist() == [True, True, True]
+
+
+def test_a_sanitizer_finding_on_the_harness_is_a_failure(monkeypatch):
+    # the harness runs sanitized: a finding (here a made-up race) fails the seed in a class of its own
+    from fusecc.runtime.cuda.cpu_harness import sanitizer
+
+    def racy(manifest, source, inputs, **kwargs):
+        return {}, ["kernels.cu:12: error: shared-memory race (read after write) in kernel fused_0"]
+
+    monkeypatch.setattr(sanitizer, "run_sanitized", racy)
+    outcome = run_case(generate(0), ["harness"])
+    assert outcome.classes["harness"] == "sanitizer" and outcome.failed() == ["harness"], outcome.details
+    assert "shared-memory race" in outcome.details["harness"]
 
 
 def test_invalid_variants_are_rejected_with_a_location():

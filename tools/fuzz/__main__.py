@@ -120,7 +120,7 @@ def run_seeds(args) -> int:
 
 
 def summary(counts: collections.Counter, seeds: int, seconds: float) -> str:
-    classes = ["ok", "mismatch", "crash", "refused"]
+    classes = ["ok", "mismatch", "crash", "refused", "sanitizer"]
     lines = [f"{seeds} seeds in {seconds:.0f} s", f"{'target':<10}" + "".join(f"{c:>10}" for c in classes)]
     for target in TARGETS:
         if any(t == target for t, _ in counts):
@@ -169,8 +169,8 @@ def reduce_main(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusecc.tools.fuzz", description="Differential fuzzing of fusecc against an independent float64 oracle (docs/fuzzing.md).")
     p.add_argument("--seeds", default="100", help="N (seeds 0..N-1) or A:B")
-    p.add_argument("--targets", default="reference,cpu,cuda-emit", help="comma-separated, of reference, cpu, cuda-emit (the CUDA C emitted, not run), harness (it run on the CPU)")
-    p.add_argument("--harness-every", type=int, default=0, metavar="K", help="also run the CUDA C on the CPU harness for every K-th seed")
+    p.add_argument("--targets", default="reference,cpu,cuda-emit", help="comma-separated, of reference, cpu, cuda-emit (the CUDA C emitted, not run), harness (it run on the CPU, sanitized)")
+    p.add_argument("--harness-every", type=int, default=0, metavar="K", help="also run the CUDA C on the sanitized CPU harness for every K-th seed")
     p.add_argument("--invalid-every", type=int, default=5, metavar="K", help="check an invalid variant of every K-th seed (0: none)")
     p.add_argument("--ops", type=int, default=None, help="ops per program (default: 3 to 14, drawn per seed)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

@@ -6,6 +6,9 @@ Classes of a valid program, per target:
   mismatch  a result differs (value, shape, dtype or count)
   crash     an internal compiler error (exit 2) or any other exception
   refused   a located error or usage error (exit 1) for a valid program
+  sanitizer the harness's sanitizer (runtime/cuda/cpu_harness/sanitizer.py)
+            found a race, an uninitialised or out-of-bounds access, a
+            divergent barrier or a result that depends on the threads' order
 Classes of a deliberately invalid program (a result type made wrong):
   rejected          a located error at the broken line (what the spec asks)
   rejected-elsewhere an error, but not located at the broken line
@@ -64,12 +67,17 @@ def run_cpu(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return targets.get("cpu").run(_parse(text), "main", inputs, DiagnosticEngine())
 
 
+class SanitizerFinding(Exception):
+    """The sanitized harness run reported a finding (its first, and how many)."""
+
+
 def run_harness(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The exact CUDA C the CUDA target emits, compiled by the host C++
-    compiler and run on the CPU (runtime/cuda/cpu_harness)."""
+    compiler and run on the CPU under the harness's sanitizer (what
+    `fusecc run --target cuda-sim --sanitize` does): any finding fails."""
     from fusecc.compiler.diagnostics import DiagnosticEngine
     from fusecc.compiler.pass_manager import PassContext
-    from fusecc.runtime.cuda.execute import run_on_cpu
+    from fusecc.runtime.cuda.cpu_harness.sanitizer import run_sanitized
 
     try:
         from fusecc.driver.cuda_target import compile_program
@@ -77,7 +85,9 @@ def run_harness(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
         from fusecc.driver.cuda_level import compile_program
 
     source, manifest = compile_program(_parse(text), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
-    outputs = run_on_cpu(manifest, source, inputs)
+    outputs, findings = run_sanitized(manifest, source, inputs)
+    if findings:
+        raise SanitizerFinding(f"{len(findings)} finding(s); first: {str(findings[0]).splitlines()[0][:250]}")
     return [outputs[spec.name] for spec in manifest.outputs]
 
 
@@ -100,6 +110,8 @@ RUNNERS = {"reference": run_reference, "cpu": run_cpu, "cuda-emit": emit_cuda, "
 def classify_exception(exc: BaseException) -> tuple[str, str]:
     from fusecc.compiler.diagnostics import DiagnosticError, InternalCompilerError, UsageError
 
+    if isinstance(exc, SanitizerFinding):
+        return "sanitizer", str(exc)
     if isinstance(exc, InternalCompilerError):
         return "crash", str(exc).splitlines()[0][:300]
     if isinstance(exc, (DiagnosticError, UsageError)):
