@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-DIALECT_MODULES = ("builtin", "func", "tensor", "fusion", "arith", "math", "loop", "nvgpu")
+DIALECT_MODULES = ("builtin", "func", "tensor", "fusion", "arith", "math", "loop", "nvgpu", "loop_vector")
 
 
 def load_all() -> None:

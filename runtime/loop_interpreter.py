@@ -401,6 +401,25 @@ class LoopInterpreter:
             indices = tuple(env[v] for v in op.indices)
             _check_bounds(op, indices, env[op.buffer].shape)
             _write(env[op.buffer], indices, env[op.value], t)
+        elif name == "loop.load_vector":  # width consecutive elements of the last axis (dialects/loop_vector.py)
+            t = op.buffer.type
+            indices = tuple(env[v] for v in op.indices)
+            for lane, result in enumerate(op.results):
+                at = (*indices[:-1], indices[-1] + lane)
+                _check_bounds(op, at, env[op.buffer].shape)
+                env[result] = _read(env[op.buffer], at, t)
+        elif name == "loop.copy_async":  # lands at once: the interpreter is sequentially consistent
+            t = op.buffer.type
+            indices = tuple(env[v] for v in op.indices)
+            _check_bounds(op, indices, env[op.buffer].shape)
+            value = scalar(0, t.element_type)
+            if op.guard is None or env[op.guard]:
+                source = tuple(env[v] for v in op.source_indices)
+                _check_bounds(op, source, env[op.source].shape)
+                value = _read(env[op.source], source, op.source.type)
+            _write(env[op.buffer], indices, value, t)
+        elif name in ("loop.async_commit", "loop.async_wait"):
+            pass
         elif name == "arith.constant":
             env[op.result] = scalar(op.attr("value").value, op.result.type)
         elif name == "arith.cmp":

@@ -36,6 +36,7 @@ from fusecc.compiler.ir import Block, Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
+from fusecc.dialects.loop_vector import AsyncWaitOp
 from fusecc.passes.lowering.buffer_facts import base_buffer, constant_params, restrict_safe_params
 
 ALIASED_ARGUMENTS = "aliased arguments"  # the one key of every argument a launch may overlap with another
@@ -218,8 +219,8 @@ def right_after_accesses(plan: BarrierPlan, op: Operation) -> Operation:
     shared_only = in_thread_loop(op)
     while (prev := op.prev_op) is not None and not isinstance(prev, loop.BarrierOp) and not any(isinstance(o, loop.BarrierOp) for o in prev.walk()):
         effects = plan.effects(prev, shared_only)
-        if effects.reads or effects.writes:
-            break
+        if effects.reads or effects.writes or any(isinstance(o, AsyncWaitOp) for o in prev.walk()):
+            break  # (a barrier above a wait would order the readers before the copies landed)
         op = prev
     return op
 

@@ -63,7 +63,6 @@ from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
-from fusecc.dialects.loop import GPU_BLOCK
 
 from fusecc.passes.lowering.dynamic_loops import dynamic_cpu_tiles, is_dynamic
 from fusecc.passes.lowering.epilogue import Epilogue
@@ -303,76 +302,10 @@ def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
 
 
 def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTiles, hardware: Hardware) -> KernelWriter:
-    check_gpu_tiles(tiles, problem.result.type.element_type, hardware)
-    w = KernelWriter(group, hardware)
-    epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
-    im, s = w.im, w.s
-    bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
-    tm, tn = tiles.micro_tile
-    cols_per_row, rows_per_col = bn // tn, bm // tm  # thread grid: threads along N, along M
-    bounds = problem.piece_bounds()
-    m_spans, n_spans, k_spans = spans(bounds["m"], bm), spans(bounds["n"], bn), spans(bounds["k"], bk)
-    acc_type = problem.accumulator
-    grid = [total_tiles(n_spans), total_tiles(m_spans)] + ([problem.batch_size] if problem.batch_size > 1 else [])
-    if any(g > MAX_GRID_YZ for g in grid[1:]):
-        raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z; use larger tiles")
+    """The GPU template (matmul_gpu.py: padded shared tiles, vector loads, cp.async)."""
+    from fusecc.passes.lowering.matmul_gpu import lower_matmul_gpu as gpu_template
 
-    def block(col_block: Value, row_block: Value, batch: Value | None = None) -> None:
-        a_tile = w.alloc(MemRefType([bk, bm], acc_type, "shared"), "a_tile")
-        b_tile = w.alloc(MemRefType([bk, bn], acc_type, "shared"), "b_tile")
-        bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
-
-        def output_tile(ms: Span, local_row: Value, ns: Span, local_col: Value) -> None:
-            row0 = im.add(im.mul(local_row, im.const(bm)), im.const(ms.start))
-            col0 = im.add(im.mul(local_col, im.const(bn)), im.const(ns.start))
-            w.parallel([tiles.threads], ["thread.x"], lambda t: thread(t, ms, row0, ns, col0), ["t"])
-
-        def thread(t: Value, ms: Span, row0: Value, ns: Span, col0: Value) -> None:
-            tx, ty = im.rem(t, cols_per_row), im.div(t, cols_per_row)
-
-            def stage(tile: Value, operand: Value, is_rhs: bool, k0: Value, ks: Span) -> None:
-                # This thread's share of a BK-deep operand tile, spread over the
-                # threads in the operand's memory order so that the global
-                # reads are coalesced, stored k-major.
-                transposed = problem.op.attr("transpose_b" if is_rhs else "transpose_a")
-                extent, span, origin = (bn, ns, col0) if is_rhs else (bm, ms, row0)
-                k_fastest = transposed == is_rhs
-                for point, inside in w.cooperative(t, tiles.threads, [extent, bk] if k_fastest else [bk, extent]):
-                    r, c = point if k_fastest else point[::-1]
-                    row, k = im.add(origin, r), im.add(k0, c)
-                    guard = w.all_of(inside, span.guard(w, row, extent), ks.guard(w, k, bk))
-                    idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
-                    w.store(w.value_at(operand, idx, guard), tile, [c, r], inside)
-
-            def multiply(kk: Value, *acc: Value) -> list[Value]:
-                a = [w.load(a_tile, [kk, im.add(ty, im.const(i * rows_per_col))]) for i in range(tm)]
-                b = [w.load(b_tile, [kk, im.add(tx, im.const(j * cols_per_row))]) for j in range(tn)]
-                return [s.add(acc[i * tn + j], s.mul(a[i], b[j])) for i in range(tm) for j in range(tn)]
-
-            def k_step(ks: Span, k0: Value, *acc: Value) -> list[Value]:
-                stage(a_tile, problem.lhs, False, k0, ks)
-                stage(b_tile, problem.rhs, True, k0, ks)
-                acc = w.named_loop(w.for_(0, bk, 1, multiply, acc, "kk", unroll=bk), "acc")
-                return acc
-
-            # One K loop per range of K pieces, each carrying the accumulators on.
-            acc = [s.const(0, acc_type)] * (tm * tn)
-            for ks in k_spans:
-                acc = w.named_loop(w.for_(ks.start, ks.end, bk, lambda k0, *a, ks=ks: k_step(ks, k0, *a), acc, "k0"), "acc")
-            rows = [im.add(row0, im.add(ty, im.const(i * rows_per_col))) for i in range(tm)]
-            cols = [im.add(col0, im.add(tx, im.const(j * cols_per_row))) for j in range(tn)]
-            row_ok = [ms.guard(w, m, bm) for m in rows]
-            col_ok = [ns.guard(w, n, bn) for n in cols]
-            for i, m in enumerate(rows):
-                for j, n in enumerate(cols):
-                    epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
-
-        # The pieces of concatenated operands are chosen here, per block
-        # (uniformly for all its threads), not per element.
-        in_span(w, n_spans, col_block, lambda ns, local_col: in_span(w, m_spans, row_block, lambda ms, local_row: output_tile(ms, local_row, ns, local_col)))
-
-    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch"])
-    return w
+    return gpu_template(group, problem, tiles, hardware)
 
 
 def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles, hardware: Hardware) -> LoweredGroup:
@@ -414,12 +347,12 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
             own = operand_batch(problem, position)
             packed_batch[position] = im.linearize(broadcast_index(bidx, problem.batch, own, im), own)
 
-        def register_tile(m0: Value, n0: Value) -> None:
+        def register_tile(m0: Value, n0: Value, whole: bool = False) -> None:
             # The MR×NR tile at (m0, n0): a vector loop over its NR columns
             # around the K loop, which carries one accumulator per row (each
             # a vector register row once the vector loop is widened).
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
-            row_ok = [ms.guard(w, m, mr) for m in rows]
+            row_ok = [None if whole else ms.guard(w, m, mr) for m in rows]
             a_panel, b_panel = im.div(m0, mr), im.div(n0, nr)
 
             def column(j: Value) -> None:
@@ -451,7 +384,16 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
         # a K×NR panel of B stays in cache for all of them, and the block's
         # MC×K rows of A for all its panels.
         def column_panel(n0: Value) -> None:
-            w.for_(row0, row_end, mr, lambda m0: register_tile(m0, n0), name="m0")
+            w.for_(row0, row_end, mr, lambda m0: row_tile(m0, n0), name="m0")
+
+        def row_tile(m0: Value, n0: Value) -> None:
+            if type(ms.end) is int:
+                register_tile(m0, n0)
+                return
+            # `?` rows (docs/dynamic-shapes.md): whole tiles run unguarded,
+            # only the ragged last one checks its rows against M.
+            inside = w.cmp("le", im.add(m0, im.const(mr)), ms.end)
+            w.if_(inside, lambda: register_tile(m0, n0, whole=True), lambda: register_tile(m0, n0))
 
         w.for_(col0, col_end, nr, column_panel, name="n0")
 

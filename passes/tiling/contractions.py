@@ -119,6 +119,7 @@ class GpuMatmulTiles:
     block_n: int
     block_k: int  # BK: the contraction step staged in shared memory
     threads: int
+    stages: int = 1  # shared-memory buffers per operand: 2 double-buffers the K loop (cp.async, sm_80+)
 
     @property
     def micro_tile(self) -> tuple[int, int]:
@@ -170,31 +171,45 @@ def resource_problem(resources: KernelResources, hardware: Hardware, what: str) 
     return None
 
 
-# The GPU block tiles, fullest first: (BM, BN, threads). Every block has at
-# least four warps, one for each scheduler of an SM; the TM×TN outputs per
-# thread (`GpuMatmulTiles.micro_tile`) shrink with the tile.
+# The GPU block tiles, fullest first: (BM, BN, threads). The TM×TN outputs
+# per thread (`GpuMatmulTiles.micro_tile`) shrink with the tile but stay at
+# 2×4 or more: with vector loads (float2/float4 of A's column and B's row
+# of one k) that is at most one shared load per four FMAs. The small tiles
+# give up warps per block (two, one) for that; they exist to fill the SMs.
 GPU_MATMUL_TILES = (
     (128, 128, 256),  # 8×8 per thread
     (128, 64, 256),  # 4×8
     (64, 64, 128),  # 4×8
     (64, 32, 128),  # 4×4
     (32, 32, 128),  # 2×4
-    (32, 16, 128),  # 2×2
-    (16, 16, 128),  # 1×2
+    (32, 16, 64),  # 2×4
+    (16, 16, 32),  # 2×4
 )
+# Shared tiles of an operand staged with k fastest in memory have rows of
+# BM + PAD (or BN + PAD) words: a warp then stores 8 k × 4 rows into 32
+# distinct banks (PAD ≡ 4 mod 8 keeps every row 16-byte aligned for vector loads).
+SHARED_ROW_PAD = 4
+ASYNC_COPY_MIN_ARCH = 80  # cp.async: sm_80 and newer
+
+
+def shared_requests_per_k(tiles: "GpuMatmulTiles") -> int:
+    """Shared-memory loads per thread and k of a TM×TN micro-tile: its TM
+    values of A and TN of B in vectors of up to four."""
+    tm, tn = tiles.micro_tile
+    return ceil_div(tm, 4) + ceil_div(tn, 4)
 
 
 def busiest_sm_work(batch: int, m: int, n: int, tiles: GpuMatmulTiles, hardware: Hardware) -> float:
     """The modelled issue time of the busiest SM, in FMA-issue units per k:
     its share of the blocks (⌈blocks / SMs⌉, blocks spread evenly) times the
     outputs of a block times what an output costs. A TM×TN micro-tile does
-    TM·TN FMAs per TM + TN shared-memory loads, and an SM issues
+    TM·TN FMAs per `shared_requests_per_k` shared-memory loads, and an SM issues
     `fma_per_shared_word` FMAs in the time its shared memory serves one
     word per lane, so an output costs max(1, F·(TM+TN)/(TM·TN)): on an H200
     8×8 runs at the FMA rate, 4×4 at half of it, 1×2 at a sixth."""
     tm, tn = tiles.micro_tile
     blocks = batch * ceil_div(m, tiles.block_m) * ceil_div(n, tiles.block_n)
-    per_output = max(1.0, hardware.fma_per_shared_word * (tm + tn) / (tm * tn))
+    per_output = max(1.0, hardware.fma_per_shared_word * shared_requests_per_k(tiles) / (tm * tn))
     return ceil_div(blocks, hardware.sm_count) * tiles.block_m * tiles.block_n * per_output
 
 
@@ -203,42 +218,71 @@ def _best_gpu_tiles(batch: int, m: int, n: int, element: ScalarType, hardware: H
     """`choose_gpu_matmul_tiles`'s own choice (memoised: the fusion planner
     asks about the same shapes many times)."""
     fitting = []
+    stages = gpu_matmul_stages(hardware)
     for bm, bn, t in GPU_MATMUL_TILES:
         if bm > max(16, next_pow2(m)) or bn > max(16, next_pow2(n)):
             continue
-        tiles = GpuMatmulTiles(bm, bn, 32, t)
+        tiles = GpuMatmulTiles(bm, bn, 32, t, stages)
         if resource_problem(gpu_matmul_resources(tiles, element), hardware, "matmul") is not None:
             continue
         fitting.append(tiles)
     if not fitting:
         last = GPU_MATMUL_TILES[-1]
-        return GpuMatmulTiles(last[0], last[1], 32, last[2])
-    return min(fitting, key=lambda tiles: busiest_sm_work(batch, m, n, tiles, hardware))
+        return GpuMatmulTiles(last[0], last[1], 32, last[2], stages)
+    # Grids that give every SM a block (a full wave), with as many warps per
+    # block as some of them have (4, else 2, else 1); else the tiles that
+    # finish soonest anyway.
+    filling = [t for t in fitting if batch * ceil_div(m, t.block_m) * ceil_div(n, t.block_n) >= hardware.sm_count]
+    for warps in (4, 2, 1):
+        candidates = [t for t in filling if t.threads >= warps * hardware.warp_size]
+        if candidates:
+            break
+    else:
+        candidates = fitting
+    # Fullest first; a smaller tile only where it shortens the busiest SM by
+    # SMALLER_TILE_GAIN or more (the work model leaves out that smaller tiles
+    # reload their operands more often).
+    best = candidates[0]
+    for tiles in candidates[1:]:
+        if busiest_sm_work(batch, m, n, tiles, hardware) <= (1 - SMALLER_TILE_GAIN) * busiest_sm_work(batch, m, n, best, hardware):
+            best = tiles
+    return best
+
+
+SMALLER_TILE_GAIN = 0.05
+
+
+def gpu_matmul_stages(hardware: Hardware) -> int:
+    """2 (double-buffered K loop, cp.async) on sm_80 and newer, else 1."""
+    arch = hardware.arch
+    return 2 if arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= ASYNC_COPY_MIN_ARCH else 1
 
 
 def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles:
     """The block tile for `problem`: of the tiles in `GPU_MATMUL_TILES` whose
     registers and shared memory fit (`gpu_matmul_resources`) and that the
-    matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), the one
-    that keeps the busiest SM busy for the least time (`busiest_sm_work`),
-    the fuller on a tie.
+    matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), the
+    one that keeps the busiest SM busy for the least time
+    (`busiest_sm_work`), the fuller on a tie, among those whose grid gives
+    every SM at least one block (a full wave) with four warps per block,
+    else among those that fill the SMs at all, else among all.
 
     So fuller tiles (more reuse of each staged element, more accumulators per
-    thread) win until their grid leaves so many SMs idle that smaller tiles
-    finish sooner despite running below the FMA rate: 4096×4096 takes
-    128×128 tiles, the MLP's 128×768 output 32×32 tiles (96 blocks on 132
-    SMs), a matrix too small to fill the machine the smallest tile. Blocks
-    stay at four warps or more rather than shrink to one: a one-warp block
-    leaves three of an SM's four schedulers without a warp from it and caps
-    the SM at 32 resident warps. BK = 32 (fewer barriers per K), less for a
-    shorter K. `block`, `k`, `threads` force those choices."""
+    thread) win until their grid leaves SMs idle or its last wave ragged:
+    4096×4096 takes 128×128 tiles on an H200 (128×64 on an A100's 108 SMs),
+    the encoder's 128×2304 QKV 32×32 (288 blocks on 132 SMs: at most 3 per
+    SM, against 2 of 64×32 tiles twice the size), its 128×768 projections
+    32×16 in two-warp blocks (192), a matrix too small to fill the machine
+    the smallest tile. BK = 32 (fewer barriers per K), less for a shorter K;
+    two stages on sm_80+ (`gpu_matmul_stages`). `block`, `k`, `threads`
+    force those choices."""
     chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.result.type.element_type, hardware)
     if block is None:
         bm, bn, default_threads = chosen.block_m, chosen.block_n, chosen.threads
     else:
         bm, bn = block
         default_threads = next((t for m, n, t in GPU_MATMUL_TILES if (m, n) == (bm, bn)), max(hardware.warp_size, min(256, bm * bn // 16)))
-    return GpuMatmulTiles(bm, bn, k or min(32, max(8, next_pow2(problem.k))), threads or default_threads)
+    return GpuMatmulTiles(bm, bn, k or min(32, max(8, next_pow2(problem.k))), threads or default_threads, gpu_matmul_stages(hardware))
 
 
 def choose_cpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None) -> CpuMatmulTiles:
@@ -273,12 +317,18 @@ def reload_factors(problem: MatmulShape, tiles: GpuMatmulTiles | CpuMatmulTiles)
 
 
 def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelResources:
-    """Registers: the TM×TN accumulators, a TM and a TN fragment, the base.
-    Shared memory: one BK×BM and one BK×BN tile of the accumulator type."""
+    """Registers: the TM×TN accumulators, a TM and a TN fragment, the base;
+    double-buffered, a 64-bit source address per cp.async a thread issues
+    per tile (ptxas keeps them across the K loop: docs/cuda-performance.md).
+    Shared memory: per stage one BK×(BM + pad) and one BK×(BN + pad) tile
+    of the accumulator type (`SHARED_ROW_PAD`: at most, where an operand needs it)."""
     words = max(1, compute_type(element).byte_size // 4)
     tm, tn = tiles.micro_tile
     registers = (tm * tn + tm + tn) * words + BASE_REGISTERS
-    shared = (tiles.block_m + tiles.block_n) * tiles.block_k * compute_type(element).byte_size
+    if tiles.stages > 1:
+        registers += 2 * ceil_div((tiles.block_m + tiles.block_n) * tiles.block_k, tiles.threads)
+    rows = tiles.block_m + tiles.block_n + 2 * SHARED_ROW_PAD
+    shared = tiles.stages * rows * tiles.block_k * compute_type(element).byte_size
     return KernelResources(tiles.threads, registers, shared)
 
 

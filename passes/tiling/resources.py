@@ -32,6 +32,7 @@ from fusecc.passes.tiling.contractions import (
     cpu_matmul_resources,
     gpu_attention_resources,
     gpu_matmul_resources,
+    gpu_matmul_stages,
 )
 from fusecc.passes.tiling.geometry import TileConfig, choose_geometry, elements_per_thread
 from fusecc.passes.tiling.parts import horizontal_parts
@@ -130,7 +131,7 @@ def body_resources(body: KernelBody, kind: str, hardware: Hardware, tiles: TileC
         if not hardware.is_gpu:
             used = cpu_matmul_resources(choose_cpu_matmul_tiles(problem, hardware, tiles.block))
             return (live + 1) * hardware.warp_size + used.registers_per_thread, used.shared_bytes
-        gpu = GpuMatmulTiles(*tiles.block, tiles.k, tiles.threads)
+        gpu = GpuMatmulTiles(*tiles.block, tiles.k, tiles.threads, gpu_matmul_stages(hardware))
         used = gpu_matmul_resources(gpu, problem.result.type.element_type)
         # The epilogue runs after the k loop, in the registers the A and B
         # fragments held; only what it needs beyond them (side inputs' pointers

@@ -31,6 +31,7 @@ from fusecc.passes.backends.cuda.c_text import C_STORAGE, STORE_CONVERSION, c_id
 from fusecc.passes.backends.cuda.kernel import EmitError, KernelParam, KernelRenderer
 from fusecc.passes.backends.cuda.mma import prelude_lines as mma_prelude_lines
 from fusecc.passes.backends.cuda.source import prelude_text
+from fusecc.passes.backends.cuda.vector_memory import prelude_lines as vector_memory_prelude_lines
 from fusecc.passes.lowering.buffer_facts import Place, base_buffer, baked_constants, buffer_places, is_bakeable, restrict_safe_params, schedule_constant
 
 BACKEND_PASSES = "legalize{{target={target}}},place-barriers"
@@ -201,6 +202,7 @@ def render_cuda(module: Operation, source_name: str | None = None) -> CudaSource
     if narrow or any(is_reduced_float(op.source.type.element_type) for op in copies):
         lines += PRELUDE_REDUCED_FLOAT.rstrip("\n").split("\n")
     lines += mma_prelude_lines(set().union(*(em.mma_kinds for em in emitters)) if emitters else set())
+    lines += vector_memory_prelude_lines(any(em.uses_vector_memory for em in emitters))
     if data_lines:
         lines += [""] + data_lines
     infos = []

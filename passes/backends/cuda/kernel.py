@@ -48,6 +48,7 @@ from fusecc.passes.backends.cuda.c_text import (
 )
 from fusecc.passes.backends.cuda.mma import render_mma
 from fusecc.passes.backends.cuda.op_table import CODE_FOR_OP
+from fusecc.passes.backends.cuda.vector_memory import RENDERERS as VECTOR_MEMORY_RENDERERS
 from fusecc.passes.backends.table import handler_for
 from fusecc.passes.lowering.barriers import in_thread_loop
 from fusecc.passes.lowering.buffer_facts import base_buffer, written_buffers
@@ -215,6 +216,7 @@ class KernelRenderer:
         self.narrow_types: set[ScalarType] = set()  # f16/bf16 types the kernel uses (the prelude's conversions)
         self.written = written_buffers(kernel)
         self.mma_kinds: set[str] = set()  # nvgpu.mma_sync kinds used (the prelude's helpers, mma.py)
+        self.uses_vector_memory = False  # loop.load_vector / copy_async (the prelude's helpers, vector_memory.py)
 
     def is_constant(self, buffer: Value) -> bool:
         """Whether `buffer` is constant data (kept as f32 for f16/bf16)."""
@@ -421,7 +423,8 @@ class KernelRenderer:
         elif op in self.shared_layout:
             self.line(f"{c_type}* {name} = reinterpret_cast<{c_type}*>(fusecc_dynamic_shared + {self.shared_layout[op]});{dims}")
         else:
-            self.line(f"__shared__ {c_type} {name}[{count}];{dims}")
+            align = "__align__(16) " if any(user.name in VECTOR_MEMORY_RENDERERS for user in op.result.users) else ""  # vector loads, cp.async
+            self.line(f"__shared__ {align}{c_type} {name}[{count}];{dims}")
 
     def render_constant(self, op: loop.ConstantOp) -> None:
         name = unique_global(f"{self.name}_{c_identifier(op.result.name_hint) or 'data'}", self.globals_taken)
@@ -487,4 +490,5 @@ class KernelRenderer:
         "loop.load": render_load,
         "loop.store": render_store,
         "nvgpu.mma_sync": render_mma,
+        **VECTOR_MEMORY_RENDERERS,
     }

@@ -614,6 +614,9 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short bits) { __nv_bfloat16 h
 // Tensor cores: mma.sync, emulated with the PTX fragment tables.
 #include "cuda_cpu_mma.h"
 
+// Vector loads and cp.async, emulated per thread (the prelude's helpers on the GPU).
+#include "cuda_cpu_vector.h"
+
 // --------------------------------------------------------------------------- launching
 
 namespace fusecc_cpu {

@@ -38,6 +38,7 @@ from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME, CudaCo
 HEADER = Path(__file__).with_name("cuda_cpu.h")
 SANITIZER_HEADER = Path(__file__).with_name("cuda_cpu_sanitizer.h")
 MMA_HEADER = Path(__file__).with_name("cuda_cpu_mma.h")  # included by cuda_cpu.h
+VECTOR_HEADER = Path(__file__).with_name("cuda_cpu_vector.h")  # included by cuda_cpu.h
 # A sanitized build: GCC's -fsanitize=thread instrumentation calls the hooks of
 # cuda_cpu_sanitizer.h (libtsan is not linked); -g lets findings name source lines.
 SANITIZE_FLAGS = ("-DFUSECC_CPU_SANITIZE", "-fsanitize=thread", "-g", "-fno-omit-frame-pointer")
@@ -210,10 +211,11 @@ def _precompiled_header(root: str | os.PathLike | None, flags: list[str]) -> Pat
     def build(folder: Path) -> None:
         shutil.copy(HEADER, folder / "cuda_cpu.h")
         shutil.copy(MMA_HEADER, folder / MMA_HEADER.name)
+        shutil.copy(VECTOR_HEADER, folder / VECTOR_HEADER.name)
         command = [cxx, *flags, "-x", "c++-header", "cuda_cpu.h", "-o", "cuda_cpu.h.gch"]
         subprocess.run(command, cwd=folder, capture_output=True, timeout=300)
 
-    entry, _ = cache.fetch("cpu-harness", "pch-" + cache.digest(HEADER.read_bytes() + MMA_HEADER.read_bytes(), version, " ".join(flags)), build, root)
+    entry, _ = cache.fetch("cpu-harness", "pch-" + cache.digest(HEADER.read_bytes() + MMA_HEADER.read_bytes() + VECTOR_HEADER.read_bytes(), version, " ".join(flags)), build, root)
     return entry / "cuda_cpu.h" if (entry / "cuda_cpu.h.gch").exists() else HEADER
 
 
@@ -296,7 +298,7 @@ class CpuModule:
         if sanitize:
             source = register_static_shared(source)
         _, version = host_compiler()
-        headers = HEADER.read_bytes() + MMA_HEADER.read_bytes() + (SANITIZER_HEADER.read_bytes() if sanitize else b"")
+        headers = HEADER.read_bytes() + MMA_HEADER.read_bytes() + VECTOR_HEADER.read_bytes() + (SANITIZER_HEADER.read_bytes() if sanitize else b"")
         key = cache.digest(source, filename, headers, (INCLUDE_DIR / PRELUDE_NAME).read_bytes(), version, " ".join(flags))
 
         def build(folder: Path) -> None:

@@ -263,11 +263,13 @@ def test_default_tiles_fit_the_h200_and_say_what_they_use():
     module = group_module("matmul", [t(1024, 1024), t(1024, 1024)], lambda b, a: [matmul(b, a[0], a[1])])
     group = next(o for o in module.walk() if o.name == "fusion.group")
     tiles = gpu_matmul_tiles(group, MatmulProblem.of(group), H200)
-    assert tiles == GpuMatmulTiles(128, 64, 32, 256) and tiles.micro_tile == (4, 8)
+    # 128×64 tiles would leave 4 of the 132 SMs idle (128 blocks): the fullest tile that fills them, double-buffered
+    assert tiles == GpuMatmulTiles(64, 64, 32, 128, stages=2) and tiles.micro_tile == (4, 8)
     resources = check_gpu_tiles(tiles, f32, H200)
-    assert resources.threads == 256
-    assert resources.shared_bytes == (128 + 64) * 32 * 4
-    assert resources.registers_per_thread == 4 * 8 + 4 + 8 + 32
+    assert resources.threads == 128
+    assert resources.shared_bytes == 2 * (64 + 64 + 2 * 4) * 32 * 4  # two stages, rows padded by 4 words at most
+    # + a 64-bit address per cp.async in flight: (64 + 64) x 32 elements over 128 threads
+    assert resources.registers_per_thread == 4 * 8 + 4 + 8 + 32 + 2 * 32
 
 
 def test_tiles_the_hardware_cannot_hold_are_refused():
@@ -291,7 +293,11 @@ def test_the_gpu_kernel_has_the_tiled_structure():
     lowered = lower_group(module, H200)
     (kernel,) = [o for o in lowered.walk() if o.name == "loop.kernel"]
     assert kernel.launch_dims() == ((3, 2, 1), (16, 1, 1))
-    assert kernel.shared_memory_bytes() == 2 * 4 * 8 * 4
+    # two stages of a k-major 4x(8 + 4) A tile (rows padded: A has k fastest) and a 4x8 B tile
+    assert kernel.shared_memory_bytes() == 2 * 4 * (8 + 4) * 4 + 2 * 4 * 8 * 4
     assert sum(o.name == "loop.barrier" for o in kernel.walk()) == 2
-    loads = [o for o in kernel.walk() if o.name == "loop.load" and o.buffer.type.memory_space == "global"]
-    assert loads and all(o.guard is not None for o in loads)  # 13, 17 and 19 overhang every tile
+    # on sm_90 the operands travel by cp.async, double-buffered: one group in flight while a tile is multiplied
+    copies = [o for o in kernel.walk() if o.name == "loop.copy_async"]
+    assert copies and all(o.guard is not None for o in copies)  # 13, 17 and 19 overhang every tile
+    assert [o.attr("pending") for o in kernel.walk() if o.name == "loop.async_wait"] == [1]
+    assert not [o for o in kernel.walk() if o.name == "loop.load" and o.buffer.type.memory_space == "global"]

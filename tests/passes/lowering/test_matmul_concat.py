@@ -138,7 +138,7 @@ def test_the_piece_is_chosen_per_tile_outside_the_k_loop(hardware, tiles):
     # Each K loop loads B from its own weight buffer only (arguments 1..3).
     weights = kernel.body.args[1 : 1 + len(widths)]
     for loop_op, weight in zip(loops, weights):
-        read = {o.buffer for o in loop_op.walk() if o.name == "loop.load"}
+        read = {o.buffer for o in loop_op.walk() if o.name == "loop.load"} | {o.source for o in loop_op.walk() if o.name == "loop.copy_async"}
         assert weight in read and not (read & (set(weights) - {weight}))
     # The piece dispatch: a chain of len(widths) - 1 uniform branches on the
     # block (GPU) or worker (CPU) index, no other branch anywhere.

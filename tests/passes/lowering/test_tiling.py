@@ -77,24 +77,27 @@ def test_matmul_tiles_fit_the_hardware_and_fill_it():
         assert config.block == block and config.k == 32 and config.threads == 256
         assert limit_problem(hw, config) is None
         # the estimates are the template's for these tiles
-        used = gpu_matmul_resources(GpuMatmulTiles(*block, 32, 256), f32)
+        used = gpu_matmul_resources(GpuMatmulTiles(*block, 32, 256, stages=2), f32)  # double-buffered on sm_80+
         assert (config.registers_per_thread, config.shared_memory_bytes) == (used.registers_per_thread, used.shared_bytes)
     small = choose_tiles(matmul(64, 64, 64), H200)
     assert small.block[0] <= 64 and small.block[1] <= 64
 
 
-def test_matmul_tiles_keep_the_busiest_sm_shortest():
-    # The MLP's second matmul, 128x3072 @ 3072x768, on 132 SMs: 64x32 tiles
-    # (48 blocks, 4x4 per thread) take twice as long per SM as 32x32 tiles
-    # (96 blocks, 2x4 per thread, a third of the FMA rate); 32x16 tiles (192
-    # blocks) put two on some SMs. Four warps, not one.
+def test_matmul_tiles_fill_every_sm_and_keep_the_busiest_shortest():
+    # The MLP's second matmul, 128x3072 @ 3072x768, on 132 SMs: no four-warp
+    # tile fills the SMs (32x32: 96 blocks), so two-warp 32x16 tiles (192
+    # blocks, 2x4 per thread: one float2 and one float4 load per 8 FMAs)
     config = choose_tiles(matmul(128, 3072, 768), H200)
-    assert (config.block, config.threads) == ((32, 32), 128)
-    # its first, 128x768 @ 768x3072: 96 blocks of 64x64 (4x8 per thread)
-    assert choose_tiles(matmul(128, 768, 3072), H200).block == (64, 64)
-    # too small to fill the machine: the smallest tile, still four warps
+    assert (config.block, config.threads) == ((32, 16), 64)
+    # its first, 128x768 @ 768x3072: 64x32 tiles fill the SMs (192 blocks,
+    # two on some), 32x32 (384 blocks, three on some, each half the work)
+    # shorten the busiest SM by a quarter
+    assert choose_tiles(matmul(128, 768, 3072), H200).block == (32, 32)
+    # the encoder's QKV projection, 128x2304: 288 blocks of 32x32 rather than 72 of 64x64
+    assert choose_tiles(matmul(128, 768, 2304), H200).block == (32, 32)
+    # too small to fill the machine: the smallest tile, one warp of 2x4 micro-tiles
     tiny = choose_tiles(matmul(8, 8, 8), H200)
-    assert (tiny.block, tiny.threads) == ((16, 16), 128)
+    assert (tiny.block, tiny.threads) == ((16, 16), 32)
 
 
 def test_overrides_and_their_limits():
