@@ -124,8 +124,8 @@ __all__ = ["SUPPORTED", "check_supported", "dynamic_attention_tiles", "dynamic_c
 
 def dynamic_cpu_tiles(group: GroupOp, hardware):
     """A matmul group's CPU tiles when it has `?` dims: chosen at the
-    --shape-hint sizes (on a copy of the group), without packing A (its
-    panels would be a `?`-sized scratch buffer); B is packed when static."""
+    --shape-hint sizes (on a copy of the group); B is packed only when
+    static (a weight), A's panels are a `?`-sized scratch buffer."""
     from dataclasses import replace
 
     from fusecc.passes.lowering.matmul import MatmulProblem, cpu_matmul_tiles
@@ -137,7 +137,7 @@ def dynamic_cpu_tiles(group: GroupOp, hardware):
     finally:
         hinted.erase()
     rhs = MatmulProblem.of(group).rhs.type
-    return replace(tiles, pack_a=False, pack_b=tiles.pack_b and rhs.is_static)
+    return replace(tiles, pack_b=tiles.pack_b and rhs.is_static)
 
 
 def dynamic_attention_tiles(group: GroupOp, hardware):
