@@ -1,0 +1,145 @@
+"""The GPU matmul template (passes/lowering/matmul_gpu.py) on the CPU harness:
+the exact generated CUDA C, sanitized (races, uninitialised and
+out-of-bounds accesses, thread-order dependence), against the reference, at
+ragged edges (M, N, K from {1, 3, 17, 129, 384, 1000}) with NaN, ±inf and
+-0.0 among the inputs; the double-buffered cp.async path (sm_90, sm_80) and
+the plain one (one stage, before sm_80); shared loads per FMA in the main
+loop. The harness compiles are slow: few programs, each with several matmuls."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from template_harness import group_module, lower_group
+
+from fusecc.compiler import parse_module, verify
+from fusecc.compiler.types import TensorType, f32
+from fusecc.dialects import tensor as T
+from fusecc.dialects.loop_vector import LoadVectorOp
+from fusecc.driver import cuda_level
+from fusecc.passes.backends.cuda.emit import emit_cuda
+from fusecc.passes.backends.hardware import H200
+from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
+from fusecc.runtime.cuda.cpu_harness.sanitizer import run_sanitized
+from fusecc.runtime.reference import evaluate
+
+# (M, K, N, transpose_b, epilogue): every size of the set on every axis
+RAGGED = [
+    (1, 17, 1000, False, "relu"),
+    (3, 1000, 17, True, "gelu"),
+    (17, 384, 129, False, "relu"),
+    (129, 129, 3, True, "none"),
+    (384, 1, 17, False, "gelu"),
+    (1000, 3, 1, False, "relu"),
+    (129, 17, 384, False, "none"),
+]
+
+
+def ragged_program() -> str:
+    args, body, results = [], [], []
+    for i, (m, k, n, transpose_b, epilogue) in enumerate(RAGGED):
+        b_shape = f"{n}x{k}" if transpose_b else f"{k}x{n}"
+        args += [f"%a{i}: tensor<{m}x{k}xf32>", f"%b{i}: tensor<{b_shape}xf32>", f"%c{i}: tensor<{n}xf32>"]
+        out = f"tensor<{m}x{n}xf32>"
+        attrs = " {transpose_b = true}" if transpose_b else ""
+        body.append(f"  %p{i} = tensor.matmul %a{i}, %b{i}{attrs} : (tensor<{m}x{k}xf32>, tensor<{b_shape}xf32>) -> {out}")
+        body.append(f"  %s{i} = tensor.add %p{i}, %c{i} : ({out}, tensor<{n}xf32>) -> {out}")
+        last = f"%s{i}"
+        if epilogue == "relu":
+            body.append(f"  %r{i} = tensor.relu %s{i} : ({out}) -> {out}")
+            last = f"%r{i}"
+        elif epilogue == "gelu":
+            body.append(f"  %r{i} = tensor.gelu %s{i} : ({out}) -> {out}")
+            last = f"%r{i}"
+        results.append((last, out))
+    head = f"func.func @main({', '.join(args)}) -> ({', '.join(t for _, t in results)}) {{"
+    tail = f"  func.return {', '.join(v for v, _ in results)} : {', '.join(t for _, t in results)}\n}}\n"
+    return "\n".join([head, *body, tail])
+
+
+def special_inputs(func, rng) -> list[np.ndarray]:
+    """Uniform in [-1, 1), with NaN, +inf, -inf and -0.0 planted in the
+    operands of some matmuls (and a whole row of -0.0 in one)."""
+    inputs = [rng.uniform(-1, 1, t.shape).astype(np.float32) for t in func.function_type.inputs]
+    for i in (0, 2, 4):  # the A operands of three matmuls
+        a = inputs[3 * i]
+        flat = a.reshape(-1)
+        for position, value in zip(rng.choice(flat.size, size=min(4, flat.size), replace=False), (np.nan, np.inf, -np.inf, -0.0)):
+            flat[position] = value
+    inputs[3 * 6][0, :] = -0.0  # a row of -0.0 (129x17): its products are ±0
+    inputs[3 * 1 + 1][2, 5] = np.inf  # B of the transposed one
+    return inputs
+
+
+def check(outputs: dict, expected: list[np.ndarray]) -> None:
+    for (name, got), want in zip(sorted(outputs.items()), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), name  # NaN exactly where the reference has it
+        assert np.array_equal(np.isposinf(got), np.isposinf(want)) and np.array_equal(np.isneginf(got), np.isneginf(want)), name
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_ragged_matmuls_with_special_values_run_clean_and_right(arch, cuda_cache_dir):
+    from fusecc.driver.cuda_target import compile_program
+
+    module = parse_module(ragged_program(), "ragged.ir")
+    verify(module)
+    func = module.lookup("main")
+    inputs = special_inputs(func, np.random.default_rng(1))
+    expected = evaluate(module, "main", inputs)
+    source, manifest = compile_program(module, "main", arch)  # lowers `module` in place
+    assert "fusecc_cp_async<4>" in source and "fusecc_load_vector<float4>" in source
+    try:
+        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert not findings, "\n".join(map(str, findings))
+    check(outputs, expected)
+
+
+def bias_relu(b, a, **attrs):
+    product = b.create(T.MatmulOp, [a[0], a[1]], attrs or None).result
+    return [b.create(T.ReluOp, [b.create(T.AddOp, [product, a[2]]).result]).result]
+
+
+def t(*shape):
+    return TensorType(shape, f32)
+
+
+# Before sm_80 there is no cp.async: one stage, plain guarded loads and stores.
+OLD_GPU = dataclasses.replace(H200, name="sm_75 test gpu", arch="sm_75")
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_the_single_stage_path_without_cp_async(transpose_b, cuda_cache_dir):
+    b_shape = (70, 45) if transpose_b else (45, 70)
+    module = group_module("matmul", [t(37, 45), t(*b_shape), t(70)], lambda b, a: bias_relu(b, a, transpose_b=transpose_b) if transpose_b else bias_relu(b, a))
+    lowered = lower_group(module, OLD_GPU)
+    ops = [o.name for o in lowered.walk()]
+    assert "loop.copy_async" not in ops and "loop.async_wait" not in ops
+    allocs = [o.result.type for o in lowered.walk() if o.name == "loop.alloc"]
+    assert allocs and all(a.shape[0] == 1 for a in allocs)  # one stage
+    cuda = emit_cuda(lowered, "single_stage.ir")
+    rng = np.random.default_rng(2)
+    inputs = [rng.uniform(-1, 1, a.type.shape).astype(np.float32) for a in module.lookup("main").body.args]
+    try:
+        outputs, findings = run_sanitized(cuda_level.build_manifest(lowered, cuda, "single_stage.cu"), cuda.text, inputs, cache_dir=cuda_cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert not findings, "\n".join(map(str, findings))
+    ((_, got),) = outputs.items()
+    np.testing.assert_allclose(got, evaluate(module, "main", inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(128, 768, 2304), (128, 3072, 768), (4096, 4096, 4096), (8, 8, 8)], ids=["qkv", "ffn_down", "4096", "tiny"])
+def test_main_loop_makes_at_most_one_shared_load_per_four_fmas(shape):
+    m, k, n = shape
+    module = group_module("matmul", [t(m, k), t(k, n), t(n)], bias_relu)
+    lowered = lower_group(module, H200)
+    (inner,) = [o for o in lowered.walk() if o.name == "loop.for" and o.body.args[0].name_hint == "kk"]
+    loads = [o for o in inner.walk() if o.name in ("loop.load", "loop.load_vector") and o.buffer.type.memory_space == "shared"]
+    fmas = [o for o in inner.walk() if o.name == "arith.mul"]
+    assert loads and all(isinstance(o, LoadVectorOp) for o in loads)  # every shared load a float2/float4
+    assert len(loads) * 4 <= len(fmas)
