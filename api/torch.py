@@ -44,6 +44,7 @@ class _Record:
     eager: int = 0  # graphs wholly in eager
     kernels: int = 0  # kernel launches per call, summed over what was compiled
     frozen: int = 0  # weights compiled in as constants (options={"freeze": True})
+    refrozen: int = 0  # graphs compiled again because a frozen weight changed
     reasons: dict[str, str] = field(default_factory=dict)  # op type -> why, first occurrence
     where: dict[str, str] = field(default_factory=dict)  # op type -> the user's line
     counts: Counter = field(default_factory=Counter)  # op type -> graphs it kept (partly) in eager
@@ -59,9 +60,10 @@ def reset() -> None:
 
 
 def stats() -> dict[str, int]:
-    """explain()'s numbers: whole, split, islands, eager, kernels, frozen."""
+    """explain()'s numbers: whole, split, islands, eager, kernels, frozen, refrozen."""
     r = _record
-    return {"whole": r.whole, "split": r.split, "islands": r.islands, "eager": r.eager, "kernels": r.kernels, "frozen": r.frozen}
+    return {"whole": r.whole, "split": r.split, "islands": r.islands, "eager": r.eager, "kernels": r.kernels, "frozen": r.frozen,
+            "refrozen": r.refrozen}
 
 
 def explain() -> str:
@@ -71,7 +73,7 @@ def explain() -> str:
     r = _record
     lines = [f"fusecc torch backend: {r.whole} graph{'s' * (r.whole != 1)} compiled whole, {r.split} split "
              f"({r.islands} island{'s' * (r.islands != 1)} compiled, the rest in eager), {r.eager} in eager; "
-             f"{r.kernels} kernel launches per call, {r.frozen} weights frozen"]
+             f"{r.kernels} kernel launches per call, {r.frozen} weights frozen" + (f", {r.refrozen} recompiled after a frozen weight changed" if r.refrozen else "")]
     for op, reason in r.reasons.items():
         lines.append(f"  {op}: {reason} ({r.counts[op]} graph{'s' * (r.counts[op] != 1)}; first at {r.where[op]})")
     return "\n".join(lines)
@@ -113,10 +115,13 @@ def to_array(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().numpy()  # contiguous() is the tensor itself when it already is
 
 
-def _runner(program, devices, kept: list[int], result_dtypes: list):
+def _runner(program, devices, kept: list[int], result_dtypes: list, guard: "_FreezeGuard | None"):
     device = devices[0] if devices else torch.device("cpu")
 
     def run(*args):
+        nonlocal program
+        if guard is not None and guard.changed(args):
+            program = guard.refreeze(args)
         args = [args[i] for i in kept]  # frozen weights are in the program already
         results = program(*[to_array(a) if isinstance(a, torch.Tensor) else np.asarray(a) for a in args])
         outs = [torch.from_numpy(np.asarray(r)) for r in results.values()]  # fresh arrays per call: shared, not copied
@@ -154,13 +159,41 @@ class _Frozen:
 
     inputs: int  # how many inputs Dynamo's graph takes
     arrays: dict[int, np.ndarray] = field(default_factory=dict)
+    stamps: dict[int, tuple] = field(default_factory=dict)  # position -> _stamp() when frozen
 
 
-def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen: _Frozen | None):
+def _stamp(t: torch.Tensor) -> tuple:
+    """What changes when a tensor's values may have: its storage (a weight
+    replaced) and its version counter (bumped by every in-place change)."""
+    return (t.data_ptr(), t._version)
+
+
+class _FreezeGuard:
+    """The frozen inputs of one compiled graph: `changed(args)` says whether
+    any was changed in place or replaced since it was frozen; `refreeze(args)`
+    compiles the graph again with the new values and returns the program."""
+
+    def __init__(self, positions: dict[str, int], stamps: dict[str, tuple], build):
+        self.positions, self.stamps, self.build = positions, stamps, build
+
+    def changed(self, args) -> bool:
+        return any(_stamp(args[i]) != self.stamps[name] for name, i in self.positions.items())
+
+    def refreeze(self, args):
+        _record.refrozen += 1
+        if _record.refrozen == 1:
+            log.warning("fusecc: frozen weights changed (in place or replaced): compiling again with the new values; "
+                        "for weights that change often, use options={'freeze': False}")
+        self.stamps = {name: _stamp(args[i]) for name, i in self.positions.items()}
+        return self.build({name: _frozen_array(args[i]) for name, i in self.positions.items()})
+
+
+def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen: _Frozen | None, threads: int):
     """AOT autograd's forward graph -> a boxed callable: compiled whole when
     every node translates, else split into compiled islands and eager nodes
     (frontends/torch/partition.py); wholly eager for symbolic shapes.
-    `frozen`: positions of Dynamo's inputs to freeze as constants (weights)."""
+    `frozen`: positions of Dynamo's inputs to freeze as constants (weights);
+    `threads`: the CPU threads of each compiled program."""
     from functorch.compile import make_boxed_func
 
     from fusecc.frontends.torch import input_problems, split_translatable, unsupported_nodes
@@ -176,7 +209,7 @@ def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen:
         return make_boxed_func(graph_module.forward)
     problems = unsupported_nodes(graph_module.graph, constants)
     if not problems:
-        run = _compile_graph(graph_module, constants, devices, target, problems)
+        run = _compile_graph(graph_module, constants, devices, target, problems, threads)
         if run is not None:
             _record.whole += 1
             return make_boxed_func(run)
@@ -184,7 +217,7 @@ def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen:
     compiled = 0
     for name in islands:
         island = getattr(split, name)
-        run = _compile_graph(island, constants, devices, target, problems)
+        run = _compile_graph(island, constants, devices, target, problems, threads)
         if run is not None:
             setattr(split, name, _Island(run, _returns_tuple(island)))
             compiled += 1
@@ -214,7 +247,7 @@ def _returns_tuple(graph_module) -> bool:
     return isinstance(output.args[0], (tuple, list))
 
 
-def _compile_graph(graph_module, frozen_constants: dict[str, np.ndarray], devices, target: str, problems: list):
+def _compile_graph(graph_module, frozen_constants: dict[str, "_FrozenValue"], devices, target: str, problems: list, threads: int):
     """A callable running the graph on fusecc, or None (the reason appended to `problems`)."""
     from fusecc.compiler.diagnostics import DiagnosticError, UsageError
     from fusecc.driver.program import Program
@@ -222,23 +255,34 @@ def _compile_graph(graph_module, frozen_constants: dict[str, np.ndarray], device
 
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     constants = {n.name: frozen_constants[n.name] for n in placeholders if n.name in frozen_constants}
+
+    def build(arrays: dict[str, np.ndarray]):
+        imported = import_graph(graph_module, constants=arrays)
+        return Program(imported.module, target=target, options={"lossy": "error", "threads": threads})
+
     try:
-        imported = import_graph(graph_module, constants=constants)
+        program = build({name: value.array for name, value in constants.items()})
     except Unsupported as problem:
         problems.append(problem)
         return None
-    try:
-        program = Program(imported.module, target=target, options={"lossy": "error"})
     except (UsageError, DiagnosticError) as exc:  # a limit of fusecc's compiler (CompileError); its bugs still raise
         problems.append(Unsupported("fusecc.compile", str(exc).splitlines()[0]))
         return None
     _record.kernels += len(program.kernels)
     _record.frozen += len(constants)
     kept = [i for i, n in enumerate(placeholders) if n.name not in constants]
-    return _runner(program, devices, kept, _result_dtypes(graph_module))
+    positions = {n.name: i for i, n in enumerate(placeholders) if n.name in constants}
+    guard = _FreezeGuard(positions, {name: value.stamp for name, value in constants.items()}, build) if constants else None
+    return _runner(program, devices, kept, _result_dtypes(graph_module), guard)
 
 
-def _frozen_placeholders(placeholders, frozen: _Frozen | None) -> dict[str, np.ndarray]:
+@dataclass
+class _FrozenValue:
+    array: np.ndarray
+    stamp: tuple
+
+
+def _frozen_placeholders(placeholders, frozen: _Frozen | None) -> dict[str, _FrozenValue]:
     """AOT autograd's inference graph takes Dynamo's inputs in order; freeze
     only when that visibly holds (same count, same shapes), else freeze nothing."""
     if frozen is None or len(placeholders) != frozen.inputs:
@@ -248,7 +292,7 @@ def _frozen_placeholders(placeholders, frozen: _Frozen | None) -> dict[str, np.n
         val = placeholders[i].meta.get("val")
         if not isinstance(val, torch.Tensor) or tuple(val.shape) != array.shape:
             return {}
-        constants[placeholders[i].name] = array
+        constants[placeholders[i].name] = _FrozenValue(array, frozen.stamps[i])
     return constants
 
 
@@ -261,21 +305,29 @@ def _eager_backward(graph_module, example_inputs):
 def backend(graph_module: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """The TorchDynamo backend `fusecc` (the entry point names this function).
     options (torch.compile(..., options={...})): freeze=True compiles the
-    parameters in as constants (faster: a CPU matmul packs a constant weight
-    once; but later in-place changes to the weights are not seen)."""
+    parameters and buffers in as constants (faster: a CPU matmul packs a
+    constant weight once); a call that finds one changed in place or
+    replaced compiles the graph again with the new values. The default
+    freezes when the graph is compiled with autograd off (torch.no_grad(),
+    inference_mode), where weights rarely change; freeze=False passes them
+    as inputs on every call;
+    threads=N: the CPU threads fusecc's programs use (default: torch's,
+    torch.get_num_threads() when the graph is compiled)."""
     from torch._dynamo.backends.common import aot_autograd
 
     from fusecc.frontends.torch import decompositions
 
     options = dict(options or {})
-    freeze = bool(options.pop("freeze", False))
+    freeze = options.pop("freeze", None)
+    freeze = not torch.is_grad_enabled() if freeze is None else bool(freeze)
+    threads = int(options.pop("threads", 0) or torch.get_num_threads())
     if options:
-        raise ValueError(f"unknown fusecc backend option{'s' * (len(options) > 1)} {', '.join(sorted(options))} (known: freeze)")
+        raise ValueError(f"unknown fusecc backend option{'s' * (len(options) > 1)} {', '.join(sorted(options))} (known: freeze, threads)")
     frozen = None
     if freeze:
-        arrays = {i: _frozen_array(t) for i, t in enumerate(example_inputs) if _is_module_state(t)}
-        frozen = _Frozen(len(example_inputs), arrays)
-    fw_compiler = functools.partial(_compile_forward, frozen=frozen)
+        state = {i: t for i, t in enumerate(example_inputs) if _is_module_state(t)}
+        frozen = _Frozen(len(example_inputs), {i: _frozen_array(t) for i, t in state.items()}, {i: _stamp(t) for i, t in state.items()})
+    fw_compiler = functools.partial(_compile_forward, frozen=frozen, threads=threads)
     compiler = aot_autograd(fw_compiler=fw_compiler, bw_compiler=_eager_backward, decompositions=decompositions())
     return compiler(graph_module, example_inputs)
 

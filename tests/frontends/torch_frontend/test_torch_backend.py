@@ -30,7 +30,7 @@ def fresh_dynamo():
 
 
 def assert_compiled_whole(graphs: int):
-    assert fusecc.torch.stats() | {"kernels": 0, "frozen": 0} == {"whole": graphs, "split": 0, "islands": 0, "eager": 0, "kernels": 0, "frozen": 0}
+    assert fusecc.torch.stats() | {"kernels": 0, "frozen": 0} == {"whole": graphs, "split": 0, "islands": 0, "eager": 0, "kernels": 0, "frozen": 0, "refrozen": 0}
     assert fusecc.torch.stats()["kernels"] > 0
 
 
@@ -92,7 +92,7 @@ def test_an_unsupported_op_stays_in_eager_the_islands_around_it_compile_and_it_i
         compiled_matches_eager(WithCumsum(), x)
         torch._dynamo.reset()
         compiled_matches_eager(WithCumsum(), x)
-    assert fusecc.torch.stats() | {"kernels": 0} == {"whole": 0, "split": 2, "islands": 4, "eager": 0, "kernels": 0, "frozen": 0}
+    assert fusecc.torch.stats() | {"kernels": 0} == {"whole": 0, "split": 2, "islands": 4, "eager": 0, "kernels": 0, "frozen": 0, "refrozen": 0}
     report = fusecc.torch.explain()
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "the unsupported op's line" in text)
     assert f"aten.cumsum.default: no translation to the tensor dialect (2 graphs; first at {__file__}:{line}:" in report
@@ -107,7 +107,7 @@ class LoneSupportedOps(torch.nn.Module):
 
 def test_a_lone_supported_op_between_unsupported_ones_stays_in_eager():
     compiled_matches_eager(LoneSupportedOps(), torch.randn(3, 4))
-    assert fusecc.torch.stats() | {"kernels": 0} == {"whole": 0, "split": 0, "islands": 0, "eager": 1, "kernels": 0, "frozen": 0}
+    assert fusecc.torch.stats() | {"kernels": 0} == {"whole": 0, "split": 0, "islands": 0, "eager": 1, "kernels": 0, "frozen": 0, "refrozen": 0}
 
 
 class WithGraphBreak(torch.nn.Module):
@@ -187,21 +187,36 @@ def test_an_mlp_with_gradients_enabled_compiles_its_forward_and_backpropagates()
     assert_compiled_whole(1)
 
 
-def test_freeze_compiles_the_weights_in():
-    """options={"freeze": True}: parameters become constants of the program,
-    so a later in-place change of a weight is not seen (documented)."""
+def test_freeze_compiles_the_weights_in_and_a_changed_weight_compiles_again(caplog):
+    """options={"freeze": True}: parameters become constants of the program;
+    a weight changed in place (its version counter) or replaced (its storage)
+    is seen: the graph is compiled again with the new values, said once."""
+    model, x = MLP().eval(), torch.randn(4, 32)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="fusecc.torch"):
+        frozen = torch.compile(model, backend="fusecc", options={"freeze": True})
+        torch.testing.assert_close(frozen(x), model(x), rtol=RTOL, atol=ATOL)
+        assert fusecc.torch.stats()["frozen"] == 4 and "4 weights frozen" in fusecc.torch.explain()
+        torch.testing.assert_close(frozen(x), model(x), rtol=RTOL, atol=ATOL)
+        assert fusecc.torch.stats()["refrozen"] == 0
+        model.fc2.bias.add_(1.0)
+        torch.testing.assert_close(frozen(x), model(x), rtol=RTOL, atol=ATOL)
+        assert fusecc.torch.stats()["refrozen"] == 1
+        model.fc1.weight = torch.nn.Parameter(torch.randn(64, 32))
+        torch.testing.assert_close(frozen(x), model(x), rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(frozen(x), model(x), rtol=RTOL, atol=ATOL)
+    assert fusecc.torch.stats()["refrozen"] == 2 and "2 recompiled after a frozen weight changed" in fusecc.torch.explain()
+    assert len([r for r in caplog.records if "frozen weights changed" in r.getMessage()]) == 1
+
+
+def test_weights_are_frozen_by_default_only_with_autograd_off():
     model, x = MLP().eval(), torch.randn(4, 32)
     with torch.no_grad():
-        frozen = torch.compile(model, backend="fusecc", options={"freeze": True})
-        before = model(x)
-        torch.testing.assert_close(frozen(x), before, rtol=RTOL, atol=ATOL)
-        assert fusecc.torch.stats()["frozen"] == 4 and "4 weights frozen" in fusecc.torch.explain()
-        model.fc2.bias.add_(1.0)
-        torch.testing.assert_close(frozen(x), before, rtol=RTOL, atol=ATOL)  # the compiled-in value
-        torch._dynamo.reset()
-        live = torch.compile(model, backend="fusecc")  # weights as inputs: the change is seen
-        torch.testing.assert_close(live(x), model(x), rtol=RTOL, atol=ATOL)
-        assert not torch.allclose(model(x), before)
+        torch.compile(model, backend="fusecc")(x)
+    assert fusecc.torch.stats()["frozen"] == 4
+    torch._dynamo.reset()
+    fusecc.torch.reset()
+    torch.compile(model, backend="fusecc")(x)  # autograd on: weights stay inputs
+    assert fusecc.torch.stats()["frozen"] == 0 and fusecc.torch.stats()["whole"] == 1
 
 
 def test_unknown_backend_options_are_refused():
@@ -219,5 +234,5 @@ def test_a_program_fusecc_cannot_compile_runs_in_eager(monkeypatch):
     monkeypatch.setattr(fusecc.driver.program, "Program", refuse)
     compiled_matches_eager(MLP(), torch.randn(4, 32))
     report = fusecc.torch.explain()
-    assert fusecc.torch.stats() | {"kernels": 0} == {"whole": 0, "split": 0, "islands": 0, "eager": 1, "kernels": 0, "frozen": 0}
+    assert fusecc.torch.stats() | {"kernels": 0} == {"whole": 0, "split": 0, "islands": 0, "eager": 1, "kernels": 0, "frozen": 0, "refrozen": 0}
     assert "fusecc.compile: the CPU target cannot run this" in report

