@@ -2,6 +2,7 @@
 
     %e = math.exp %x : (f32) -> f32
     %p = math.pow %x, %y : (f32, f32) -> f32
+    %f = math.fma %a, %b, %c : (f32, f32, f32) -> f32    -- a·b + c, rounded once (C99 fma)
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ class MathOp(Operation):
         return [first]
 
 
+OPERAND_NAMES = {1: ("input",), 2: ("lhs", "rhs"), 3: ("lhs", "rhs", "addend")}
+
+
 def _math(op_name: str, arity: int = 1):
-    operands = (OperandDef("input"),) if arity == 1 else (OperandDef("lhs"), OperandDef("rhs"))
+    operands = tuple(OperandDef(name) for name in OPERAND_NAMES[arity])
     name = op_name.split(".")[1].capitalize() + "Op"
     return register_op(type(name, (MathOp,), {"name": op_name, "operand_defs": operands}))
 
@@ -41,3 +45,6 @@ TanhOp = _math("math.tanh")
 ErfOp = _math("math.erf")
 AbsOp = _math("math.abs")
 PowOp = _math("math.pow", 2)
+# The matmul templates' multiply-accumulate: one rounding, so one FMA
+# instruction on every backend and the loop interpreter agree bit for bit.
+FmaOp = _math("math.fma", 3)

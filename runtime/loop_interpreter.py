@@ -128,6 +128,37 @@ UNARY = {
     "math.abs": np.abs,
 }
 
+def fma(a, b, c):
+    """a·b + c rounded once, as C99 fma and the FMA instructions do.
+
+    f32 (and narrower) operands: their product is exact in a double and the
+    sum is rounded to odd (TwoSum gives the error of the double sum; an
+    inexact sum with an even last bit moves one ulp towards the error), so
+    the final rounding to f32 is the single rounding of the exact value.
+    f64: exact rational arithmetic, rounded once by float(). Infinities and
+    NaNs follow the double arithmetic (an intermediate product never
+    overflows, as in a fused operation)."""
+    result_type = type(a)
+    x, y, z = float(a), float(b), float(c)
+    product_is_exact = np.dtype(result_type).itemsize <= 4
+    if not product_is_exact:
+        if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)) or x * y == 0 or z == 0:
+            return result_type(x * y + z)  # specials and zero terms: IEEE rules (signs of zero) are exact here
+        from fractions import Fraction
+
+        exact = Fraction(x) * Fraction(y) + Fraction(z)
+        return result_type(float(exact)) if exact != 0 else result_type(0.0)
+    p = x * y
+    s = p + z
+    if not math.isfinite(s):
+        return result_type(s)
+    v = s - p
+    error = (p - (s - v)) + (z - v)
+    if error != 0 and not np.float64(s).view(np.int64) & 1:
+        s = math.nextafter(s, math.inf if error > 0 else -math.inf)
+    return result_type(s)
+
+
 COMPARE = {
     "eq": lambda a, b: a == b,
     "ne": lambda a, b: a != b,
@@ -377,6 +408,9 @@ class LoopInterpreter:
         if fn is not None:
             with np.errstate(all="ignore"):
                 env[op.result] = scalar(fn(env[op.operands[0]], env[op.operands[1]]), op.result.type)
+            return
+        if name == "math.fma":
+            env[op.result] = scalar(fma(*(env[v] for v in op.operands)), op.result.type)
             return
         fn = UNARY.get(name)
         if fn is not None:

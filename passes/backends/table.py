@@ -28,7 +28,7 @@ from fusecc.compiler.types import Type, i1
 FLOAT, INT, BOOL = "float", "int", "i1"
 
 _BINARY = ("arith.add", "arith.sub", "arith.mul", "arith.div", "arith.max", "arith.min")
-_MATH = ("math.exp", "math.log", "math.sqrt", "math.rsqrt", "math.tanh", "math.erf", "math.abs", "math.pow")
+_MATH = ("math.exp", "math.log", "math.sqrt", "math.rsqrt", "math.tanh", "math.erf", "math.abs", "math.pow", "math.fma")
 
 # Every (op, kind) that legal loop IR may hold, with its meaning in the loop
 # interpreter (runtime/loop_interpreter.py) and docs/legalize.md.

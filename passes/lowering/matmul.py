@@ -59,7 +59,7 @@ import math
 from dataclasses import dataclass, replace
 
 from fusecc.passes.backends.hardware import Hardware
-from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.ir import BlockArgument, Operation, Value
 from fusecc.compiler.types import MemRefType, ScalarType
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
@@ -214,17 +214,21 @@ def tile_attribute(group: GroupOp, name: str, default):
 
 def with_packing(problem: MatmulProblem, tiles: CpuMatmulTiles) -> CpuMatmulTiles:
     """`tiles` (`contractions.choose_cpu_matmul_tiles`) with the packing
-    choice. Long rows (PACK_ROW_BYTES) are packed first, A into K×MR and B
-    into K×NR panels (`pack_operand_cpu`): unpacked, the 16 rows of A a
-    register tile reads are a page or more apart and fall into one L1 set,
-    and each k of a B panel is on another page (docs/cpu-target.md has the
-    measurements)."""
+    choice (`pack_operand_cpu`: A into K×MR, B into K×NR panels, k-major).
+
+    B is packed when it is a constant of the program (a weight: the CPU
+    runtime packs it once, at load, so the panels cost nothing per call),
+    or when its rows are long (PACK_ROW_BYTES): unpacked, each k of a B
+    panel is on another page. A is read in place: the MR = 8 rows a register
+    tile reads at one k fit in one L1 set even when K·4 is a multiple of
+    4 KB (8 ≤ 12 ways), and packing it cost more than it saved (measured,
+    one core, B packed, thread CPU time: 128×1536×384 147 GFLOP/s unpacked,
+    131 with A packed; 128×3072×768 127 / 121; 512×3072×768 145 / 137)."""
     mr, nr = tiles.micro_m, tiles.micro_n
     size = problem.accumulator.byte_size
-    long_a_rows = problem.k * size >= PACK_ROW_BYTES  # the MR rows of a tile: MR pages, one L1 set
     # each k of a B panel on another page: half speed unless B sits on huge
     # pages; the copy is worth it from PACK_WIDE_B_ROWS rows of A up
-    long_b_rows = long_a_rows or (problem.n * size >= PACK_ROW_BYTES and problem.m >= PACK_WIDE_B_ROWS)
+    long_b_rows = problem.k * size >= PACK_ROW_BYTES or (problem.n * size >= PACK_ROW_BYTES and problem.m >= PACK_WIDE_B_ROWS)
     # An operand computed in the group (a cast, a scale) is packed too: its
     # prologue then runs once per element instead of once per register tile
     # that reads it. Panels follow the operand's rows (A)
@@ -233,8 +237,9 @@ def with_packing(problem: MatmulProblem, tiles: CpuMatmulTiles) -> CpuMatmulTile
     bounds = problem.piece_bounds()
     aligned_m = all(cut % mr == 0 for cut in bounds["m"][1:-1])
     aligned_n = all(cut % nr == 0 for cut in bounds["n"][1:-1])
-    pack_a = problem.lhs.type.rank >= 2 and problem.n > nr and aligned_m and (long_a_rows or has_prologue(problem.lhs))
-    pack_b = problem.rhs.type.rank >= 2 and problem.m > mr and aligned_n and (long_b_rows or has_prologue(problem.rhs))
+    pack_a = problem.lhs.type.rank >= 2 and problem.n > nr and aligned_m and has_prologue(problem.lhs)
+    wanted_b = is_program_constant(problem.rhs) or (problem.m > mr and (long_b_rows or has_prologue(problem.rhs)))
+    pack_b = problem.rhs.type.rank >= 2 and aligned_n and wanted_b
     return replace(tiles, pack_a=pack_a, pack_b=pack_b)
 
 
@@ -267,10 +272,11 @@ def check_resources(resources: KernelResources, hardware: Hardware, what: str) -
         raise LoweringError(problem)
 
 
-# CPU matmuls pack A when its rows are this long (bytes) or longer, and B
-# when its rows or A's are: the copy moves (M + N)·K elements for 2·M·N·K
-# flops (a few percent of the time), while unpacked such rows cost up to half
-# the speed. Measured on one core of the CI machine, 16×16 register tiles:
+# CPU matmuls pack a B that is not a constant when its rows or A's are this
+# long (bytes) or longer: the copy moves N·K elements for 2·M·N·K flops
+# (a few percent of the time), while unpacked such rows cost up to half
+# the speed. Measured on one core of the CI machine, 16×16 register tiles
+# (A and B packed alike then):
 # K = 3072 at 40-45 GFLOP/s unpacked, 84-95 packed; K = 768, N = 768 at
 # 98-103 unpacked, 93-97 packed; K = 768, N = 3072 at 96 unpacked when B
 # sits on huge pages but half that when it does not (each k of a panel on
@@ -369,7 +375,9 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
                         a = [w.load(packed[0], [packed_batch[0], a_panel, k, im.const(i)]) for i in range(mr)]
                     else:
                         a = [w.value_at(problem.lhs, problem.a_index(bidx, rows[i], k, im), row_ok[i]) for i in range(mr)]
-                    return [s.add(acc[i], s.mul(a[i], b)) for i in range(mr)]
+                    # one rounding per step (math.fma): one FMA instruction,
+                    # twice the rate of a multiply and an add on two pipes
+                    return [s.fma(a[i], b, acc[i]) for i in range(mr)]
 
                 # One K loop per range of K pieces, each carrying the accumulators on.
                 acc = [s.const(0, acc_type)] * mr
@@ -400,6 +408,21 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
     w.outer([problem.batch_size * row_blocks * col_blocks], ["worker"], worker, ["block"])
     lowered.launches.append(Launch(w.finish(), w.arg_refs + [ref for _, ref in packs.values()]))
     return lowered
+
+
+def is_program_constant(operand: Value) -> bool:
+    """Is the operand a block argument of its group that the program feeds
+    with a `tensor.constant` (a weight), or a concatenation of such (sibling
+    weights merged, passes/fusion/siblings.py)?"""
+    op = operand.defining_op
+    if isinstance(op, T.ConcatOp):
+        return all(is_program_constant(piece) for piece in op.operands)
+    if not isinstance(operand, BlockArgument):
+        return False
+    group = operand.block.parent_op
+    if not isinstance(group, GroupOp) or operand.block is not group.body:
+        return False
+    return isinstance(group.operands[operand.index].defining_op, T.ConstantOp)
 
 
 def has_prologue(operand: Value) -> bool:

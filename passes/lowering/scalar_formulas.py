@@ -45,6 +45,12 @@ class Scalars:
     def div(self, a, b):
         return self.op(arith.DivOp, a, b)
 
+    def fma(self, a, b, c):
+        """a·b + c: floats with one rounding (math.fma), integers exactly."""
+        if not a.type.is_float:
+            return self.add(self.mul(a, b), c)
+        return self.op(m.FmaOp, a, b, c)
+
     def max(self, a, b):
         return self.op(arith.MaxOp, a, b)
 

@@ -79,4 +79,5 @@ CODE_FOR_OP = {
     ("math.erf", FLOAT): libm("erf"),
     ("math.abs", FLOAT): libm("fabs"),
     ("math.pow", FLOAT): libm("pow"),
+    ("math.fma", FLOAT): libm("fma"),
 }

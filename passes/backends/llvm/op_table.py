@@ -258,5 +258,6 @@ TABLE = {
     ("math.sqrt", FLOAT): intrinsic("sqrt"),
     ("math.abs", FLOAT): intrinsic("fabs"),
     ("math.pow", FLOAT): intrinsic("pow"),
+    ("math.fma", FLOAT): intrinsic("fma"),
     ("math.rsqrt", FLOAT): rsqrt,
 }

@@ -146,22 +146,19 @@ def kernel_names(lowered) -> list[str]:
     [
         ([t(37, 24), t(24, 70)], {}),
         ([t(2, 37, 24), t(70, 24)], {"transpose_b": True}),  # B broadcast over the batch, stored [N, K]
-        ([t(3, 24, 37), t(3, 24, 21)], {"transpose_a": True}),
+        ([t(3, 24, 37), t(3, 24, 45)], {"transpose_a": True}),
     ],
     ids=["plain", "batched-a-transposed-b", "transposed-a"],
 )
-def test_cpu_packs_long_rows_into_panels(monkeypatch, shapes, attrs):
-    """Rows of A of PACK_ROW_BYTES or more: kernels `_pack_a` and `_pack_b`
-    copy A and B (prologue applied, zero past M and N) into panels of 16 in
-    the arena first; the product reads them unguarded. The threshold is
-    lowered here so that the interpreter stays quick."""
-    import fusecc.passes.lowering.matmul as templates
-
-    monkeypatch.setattr(templates, "PACK_ROW_BYTES", 64)
+def test_cpu_packs_operands_with_prologues_into_panels(shapes, attrs):
+    """Operands computed in the group: kernels `_pack_a` and `_pack_b` copy
+    A and B (prologue applied, zero past M and N) into panels of MR rows
+    and NR columns in the arena first; the product reads them unguarded."""
+    from fusecc.passes.tiling.contractions import CPU_MICRO_ROWS, CPU_MICRO_VECTORS
 
     def body(b, a):
-        scaled = op(b, T.MulOp, a[1], a[1])  # a prologue on B, computed while packing
-        return [op(b, T.GeluOp, matmul(b, a[0], scaled, **attrs))]
+        # prologues on A and B, computed while packing
+        return [op(b, T.GeluOp, matmul(b, op(b, T.MulOp, a[0], a[0]), op(b, T.MulOp, a[1], a[1]), **attrs))]
 
     module = group_module("matmul", shapes, body)
     lowered = assert_lowering_matches(module, CPU)
@@ -170,7 +167,8 @@ def test_cpu_packs_long_rows_into_panels(monkeypatch, shapes, attrs):
     packed = [a.type for a in product.body.args[-2:]]
     m = shapes[0].shape[-1] if attrs.get("transpose_a") else shapes[0].shape[-2]
     n = shapes[1].shape[-2] if attrs.get("transpose_b") else shapes[1].shape[-1]
-    assert [p.shape[1:] for p in packed] == [(-(-m // 16), 24, 16), (-(-n // 16), 24, 16)]
+    mr, nr = CPU_MICRO_ROWS, CPU_MICRO_VECTORS * CPU.warp_size
+    assert [p.shape[1:] for p in packed] == [(-(-m // mr), 24, mr), (-(-n // nr), 24, nr)]
     # the product reads A and B only through the panels (B's prologue is in _pack_b)
     a_arg, b_arg = product.body.args[:2]
     assert not any(o.name == "loop.load" and o.operands[0] in (a_arg, b_arg) for o in product.walk())
@@ -181,6 +179,16 @@ def test_cpu_packs_long_rows_into_panels(monkeypatch, shapes, attrs):
 def test_cpu_short_rows_are_not_packed():
     module = group_module("matmul", [t(37, 24), t(24, 70)], lambda b, a: [matmul(b, a[0], a[1])])
     assert kernel_names(assert_lowering_matches(module, CPU)) == ["fused_0_matmul"]
+
+
+def test_cpu_long_rows_pack_b_only(monkeypatch):
+    """Rows of PACK_ROW_BYTES or more (the threshold is lowered here so
+    that the interpreter stays quick): B is packed, A read in place."""
+    import fusecc.passes.lowering.matmul as templates
+
+    monkeypatch.setattr(templates, "PACK_ROW_BYTES", 64)
+    module = group_module("matmul", [t(37, 24), t(24, 70)], lambda b, a: [matmul(b, a[0], a[1])])
+    assert kernel_names(assert_lowering_matches(module, CPU)) == ["fused_0_matmul_pack_b", "fused_0_matmul"]
 
 
 def test_cpu_packs_an_operand_with_a_prologue():
@@ -207,19 +215,19 @@ def test_cpu_pieces_are_read_directly_or_packed_on_panel_edges(monkeypatch):
     """Sibling weights concatenated along N (the merged Q/K/V projection)
     are spans of the output (piece_bounds), each reading its piece: no pack
     kernel for short rows. Long rows (threshold lowered here) pack B, when
-    every piece is whole panels (32 + 16 columns), not otherwise (30 + 20)."""
+    every piece is whole panels (32 + 32 columns), not otherwise (30 + 20)."""
     import fusecc.passes.lowering.matmul as templates
 
     def body(b, a):
         return [matmul(b, a[0], b.create(T.ConcatOp, [a[1], a[2]], {"axis": 1}).result)]
 
-    aligned = [t(37, 24), t(24, 32), t(24, 16)]
+    aligned = [t(37, 24), t(24, 32), t(24, 32)]
     assert kernel_names(assert_lowering_matches(group_module("matmul", aligned, body), CPU)) == ["fused_0_matmul"]
     monkeypatch.setattr(templates, "PACK_ROW_BYTES", 64)
     packed = assert_lowering_matches(group_module("matmul", aligned, body), CPU)
-    assert kernel_names(packed) == ["fused_0_matmul_pack_a", "fused_0_matmul_pack_b", "fused_0_matmul"]
+    assert kernel_names(packed) == ["fused_0_matmul_pack_b", "fused_0_matmul"]
     ragged = assert_lowering_matches(group_module("matmul", [t(37, 24), t(24, 30), t(24, 20)], body), CPU)
-    assert kernel_names(ragged) == ["fused_0_matmul_pack_a", "fused_0_matmul"]
+    assert kernel_names(ragged) == ["fused_0_matmul"]
 
 
 @TARGETS
