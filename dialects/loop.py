@@ -589,30 +589,9 @@ class ScheduleOp(Operation):
 
     def bind_dims(self, input_shapes) -> dict[str, int]:
         """The named dims of one call, from its inputs' shapes; raises
-        ShapeMismatch when the shapes disagree with the types or each other."""
-        sizes = self.argument_sizes()
-        sources = self.dim_sources()
-        names = self.inputs
-        dims: dict[str, int] = {}
-        for name, (i, axis) in sources.items():
-            if len(input_shapes[i]) == self.input_args[i].type.rank:
-                dims[name] = int(input_shapes[i][axis])
-        for i, (arg, shape) in enumerate(zip(self.input_args, input_shapes)):
-            t = arg.type
-            shape = tuple(shape)
-            if len(shape) != t.rank:
-                raise ShapeMismatch(f"input {names[i]} has shape {list(shape)}, expected rank {t.rank} ({t})")
-            expected = dict(zip(t.dynamic_axes, sizes[i]))
-            for axis, (got, want) in enumerate(zip(shape, t.shape)):
-                if type(want) is not int:
-                    value = parse_shape_expr(expected[axis]).evaluate(dims)
-                    if got != value:
-                        origin = sources.get(expected[axis])
-                        where = f" (from input {names[origin[0]]} axis {origin[1]})" if origin else ""
-                        raise ShapeMismatch(f"input {names[i]} axis {axis} has size {got}, but {expected[axis]} = {value}{where}")
-                elif got != want:
-                    raise ShapeMismatch(f"input {names[i]} has shape {list(shape)}, expected {list(t.shape)}")
-        return dims
+        ShapeMismatch when the shapes disagree with the types or each other.
+        (Runtimes that call this per call keep a `DimBinding` instead.)"""
+        return DimBinding(self).bind(input_shapes)
 
     def _verify_sizes(self) -> None:
         sizes = self.argument_sizes()
@@ -641,6 +620,46 @@ class ScheduleOp(Operation):
             expect_expr(self.arena_size, "arena_size")
         if not isinstance(self.body.last_op, ReturnOp):
             raise VerifyError("body must end with 'loop.return'")
+
+
+class DimBinding:
+    """A schedule's dims bound from input shapes: what to read and what to
+    check, worked out once, so a call pays only for the comparisons."""
+
+    def __init__(self, schedule: ScheduleOp):
+        sizes = schedule.argument_sizes()
+        sources = schedule.dim_sources()
+        self.input_names = list(schedule.inputs)
+        self.types = [arg.type for arg in schedule.input_args]
+        self.defines = [(name, i, axis) for name, (i, axis) in sources.items()]
+        self.names = tuple(sorted(sources))
+        self.checks = []  # (input, axis, static size or ShapeExpr, text of the expression or None)
+        for i, t in enumerate(self.types):
+            expected = dict(zip(t.dynamic_axes, sizes[i]))
+            for axis, want in enumerate(t.shape):
+                if type(want) is int:
+                    self.checks.append((i, axis, want, None))
+                elif sources.get(expected[axis]) != (i, axis):
+                    self.checks.append((i, axis, parse_shape_expr(expected[axis]), expected[axis]))
+        self.sources = sources
+
+    def bind(self, input_shapes) -> dict[str, int]:
+        for i, (t, shape) in enumerate(zip(self.types, input_shapes)):
+            if len(shape) != t.rank:
+                raise ShapeMismatch(f"input {self.input_names[i]} has shape {list(shape)}, expected rank {t.rank} ({t})")
+        dims = {name: int(input_shapes[i][axis]) for name, i, axis in self.defines}
+        for i, axis, want, text in self.checks:
+            got = input_shapes[i][axis]
+            if text is None:
+                if got != want:
+                    raise ShapeMismatch(f"input {self.input_names[i]} has shape {list(input_shapes[i])}, expected {list(self.types[i].shape)}")
+                continue
+            value = want.evaluate(dims)
+            if got != value:
+                origin = self.sources.get(text)
+                where = f" (from input {self.input_names[origin[0]]} axis {origin[1]})" if origin else ""
+                raise ShapeMismatch(f"input {self.input_names[i]} axis {axis} has size {got}, but {text} = {value}{where}")
+        return dims
 
 
 @register_op

@@ -65,6 +65,9 @@ class DynamicSchedulePlan:
         self.lock = threading.Lock()
         self.arena = aligned_zeros(0)
         self.sizes = schedule.argument_sizes()
+        self.binding = loop.DimBinding(schedule)
+        # per input: its type, the dtype its storage has, and whether an array may be used in place
+        self.inputs = [(arg.type, storage_dtype(arg.type), arg.type.element_type not in (bf16, f64)) for arg in schedule.input_args]
         self.constants: dict[Value, np.ndarray] = {}
         self.packed: dict[Value, np.ndarray] = {}
         at_load = {
@@ -166,19 +169,18 @@ class DynamicSchedulePlan:
         inputs = list(inputs)
         if len(inputs) != len(schedule.inputs):
             raise InterpreterError(f"@{schedule.sym_name} takes {len(schedule.inputs)} inputs, got {len(inputs)}")
+        inputs = [np.asarray(a) for a in inputs]
         try:
-            dims = schedule.bind_dims([np.shape(a) for a in inputs])
+            dims = self.binding.bind([a.shape for a in inputs])
         except ShapeMismatch as exc:
             raise InterpreterError(f"@{schedule.sym_name}: {exc}") from None
         buffers = []
-        for i, (arg, array) in enumerate(zip(schedule.input_args, inputs)):
-            t = arg.type.with_sizes(np.shape(array)[axis] for axis in arg.type.dynamic_axes)
-            array = np.asarray(array)
-            if t.element_type in (bf16, f64) or array.dtype != storage_dtype(t) or not array.flags.c_contiguous or i in self.writes_inputs:
-                array = to_buffer(array, t)
+        for i, ((t, dtype, in_place), array) in enumerate(zip(self.inputs, inputs)):
+            if not in_place or array.dtype != dtype or not array.flags.c_contiguous or i in self.writes_inputs:
+                array = to_buffer(array, t.with_sizes(array.shape[axis] for axis in t.dynamic_axes))
             buffers.append(array)
         with self.lock:
-            key = tuple(sorted(dims.items()))
+            key = tuple(dims[name] for name in self.binding.names)
             bound = self._bound.pop(key, None) or self._bind(dims)
             self._bound[key] = bound  # most recently used last
             while len(self._bound) > BOUND_SHAPES:
