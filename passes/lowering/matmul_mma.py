@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from fusecc.compiler.ir import Value
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f32
+from fusecc.dialects import arith
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 from fusecc.dialects.nvgpu import FRAGMENTS, WARP, Fragments, MmaSyncOp
@@ -204,7 +205,11 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
                     row, k = im.add(origin, r), im.add(k0, c)
                     guard = w.all_of(inside, span.guard(w, row, extent), ks.guard(w, k, bk))
                     idx = problem.b_index(bidx, k, row, im) if is_rhs else problem.a_index(bidx, row, k, im)
-                    w.store(w.value_at(operand, idx, guard), tile, [r, c], inside)
+                    value = w.value_at(operand, idx, guard)
+                    widened = value.defining_op
+                    if isinstance(widened, arith.CastOp) and widened.input.type is element:
+                        value = widened.input  # an f16/bf16 element goes to the tile as loaded, not through f32 and back
+                    w.store(value, tile, [r, c], inside)
 
             def k_slice(kk: Value, *acc: Value) -> list[Value]:
                 a = [[w.load(a_tile, [at(rc[0], im.add(warp_row, im.const(i * f.m))), at(rc[1], kk)]) for rc in a_at] for i in range(fm)]
