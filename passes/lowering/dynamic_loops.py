@@ -23,25 +23,15 @@ from fusecc.compiler.types import MemRefType, TensorType
 from fusecc.dialects import loop
 from fusecc.dialects.fusion import GroupOp
 
-def _reduction_op(op: Operation) -> bool:
-    """Anything but a mean (or a norm) over a `?` axis, which would divide by
-    a count known only at run time (not yet)."""
-    if op.name in ("tensor.layernorm", "tensor.rmsnorm"):
-        return type(op.operands[0].type.shape[-1]) is int
-    if op.name == "tensor.reduce_mean":
-        shape = op.operands[0].type.shape
-        return all(type(shape[a]) is int for a in op.normalized_axes)
-    return op.name not in ("tensor.matmul", "tensor.attention")
-
-
 # Group kinds whose CPU templates take `?` dims, with the ops they may hold.
 # (A template that meets a size it cannot handle raises; the driver reports
 # that as not supported too: `not_supported`.)
 SUPPORTED = {
     "elementwise": lambda op: True,
     "injective": lambda op: True,
-    "reduction": _reduction_op,
+    "reduction": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
     "attention": lambda op: True,
+    "horizontal": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
     "matmul": lambda op: op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape),
 }
 

@@ -120,6 +120,14 @@ def interleave(kept: Sequence, reduced: Sequence, axes: Sequence[int], rank: int
 COMBINE_OF = {"tensor.reduce_sum": "sum", "tensor.reduce_mean": "sum", "tensor.reduce_max": "max", "tensor.reduce_min": "min"}
 
 
+def element_count(cx, count, t=f32):
+    """A mean's divisor as a float: a constant, or (a `?` axis,
+    docs/dynamic-shapes.md) the runtime size converted once where it is used."""
+    if type(count) is int:
+        return cx.em.s.const(float(count), t)
+    return cx.em.s.cast(cx.kb.index(count), t)
+
+
 def _reduce(op: T.ReduceOp) -> Node:
     x = op.input
     shape, axes, rank = x.type.shape, op.normalized_axes, x.type.rank
@@ -134,7 +142,7 @@ def _reduce(op: T.ReduceOp) -> Node:
     def value(cx: Context, idx: Index) -> Value:
         v = cx.lookup(stat, without(idx, axes) if keepdims else list(idx))
         if op.name == "tensor.reduce_mean":
-            v = cx.em.s.div(v, cx.em.s.const(float(count), v.type))
+            v = cx.em.s.div(v, element_count(cx, count, v.type))
         return v
 
     node.value = value
@@ -169,7 +177,7 @@ def _softmax(op: T.SoftmaxOp) -> Node:
 def _norm(op: Operation) -> Node:
     x = op.input
     shape = x.type.shape
-    count = float(shape[-1])
+    count = shape[-1]
     node = Node(op)
     kept, reduced = shape[:-1], shape[-1:]
     s = lambda cx: cx.em.s  # noqa: E731
@@ -182,14 +190,14 @@ def _norm(op: Operation) -> Node:
 
     def rsqrt_term(cx, stat, k):
         # sqrt(sum / N + eps), in the reference's order
-        mean = s(cx).div(cx.lookup(stat, k), s(cx).const(count))
+        mean = s(cx).div(cx.lookup(stat, k), element_count(cx, count))
         return s(cx).op(m.SqrtOp, s(cx).add(mean, s(cx).const(op.attr("epsilon"))))
 
     if op.name == "tensor.layernorm":
         first = node.stat("sum", "sum", kept, reduced, f32, at)
 
         def centered(cx, k, xv):
-            return s(cx).sub(xv, s(cx).div(cx.lookup(first, k), s(cx).const(count)))
+            return s(cx).sub(xv, s(cx).div(cx.lookup(first, k), element_count(cx, count)))
 
         def square(cx, k, r):
             d = centered(cx, k, at(cx, k, r))

@@ -28,10 +28,12 @@ func.func @main(%x: tensor<?x?x8xf32>, %b: tensor<8xf32>, %y: tensor<?x?x?xf32>)
 """
 
 ROWS = """
-func.func @main(%x: tensor<?x?x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>, %s: tensor<?x4x?x?xf32>) -> (tensor<?x?x16xf32>, tensor<?x4x?x?xf32>) attributes {fusecc.dims = [["B", "S"], [], [], ["B", "S", "S"]]} {
+func.func @main(%x: tensor<?x?x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>, %s: tensor<?x4x?x?xf32>, %gs: tensor<?xf32>, %bs: tensor<?xf32>) -> (tensor<?x?x16xf32>, tensor<?x4x?x?xf32>, tensor<?x4x?x?xf32>, tensor<?x4x?x1xf32>) attributes {fusecc.dims = [["B", "S"], [], [], ["B", "S", "S"], ["S"], ["S"]]} {
   %0 = tensor.layernorm %x, %g, %b {epsilon = 1.0e-5} : (tensor<?x?x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<?x?x16xf32>
   %1 = tensor.softmax %s {axis = -1} : (tensor<?x4x?x?xf32>) -> tensor<?x4x?x?xf32>
-  func.return %0, %1 : tensor<?x?x16xf32>, tensor<?x4x?x?xf32>
+  %2 = tensor.layernorm %s, %gs, %bs {epsilon = 1.0e-5} : (tensor<?x4x?x?xf32>, tensor<?xf32>, tensor<?xf32>) -> tensor<?x4x?x?xf32>
+  %3 = tensor.reduce_mean %s {axes = [3], keepdims = true} : (tensor<?x4x?x?xf32>) -> tensor<?x4x?x1xf32>
+  func.return %0, %1, %2, %3 : tensor<?x?x16xf32>, tensor<?x4x?x?xf32>, tensor<?x4x?x?xf32>, tensor<?x4x?x1xf32>
 }
 """
 
@@ -61,7 +63,7 @@ def random_inputs(program, names_to_dims, rng):
     "text,dims_of",
     [
         (ELEMENTWISE, lambda B, S: [(B, S), (), (B, S, S)]),
-        (ROWS, lambda B, S: [(B, S), (), (), (B, S, S)]),
+        (ROWS, lambda B, S: [(B, S), (), (), (B, S, S), (S,), (S,)]),
         (MATMUL, lambda B, S: [(B, S), (), (), ()]),
     ],
     ids=["elementwise", "layernorm_softmax", "matmul_mlp"],
@@ -98,17 +100,15 @@ def test_the_loop_level_takes_sizes_from_the_buffers_and_plans_memory_symbolical
 
 
 def test_a_group_the_cpu_templates_cannot_take_yet_is_a_located_error(tmp_path):
-    path = tmp_path / "mean.ir"
+    path = tmp_path / "products.ir"
     path.write_text(
-        """func.func @main(%x: tensor<?x?xf32>) -> tensor<?x?xf32> attributes {fusecc.dims = [["B", "S"]]} {
-  %0 = tensor.exp %x : (tensor<?x?xf32>) -> tensor<?x?xf32>
-  %1 = tensor.reduce_mean %0 {axes = [1], keepdims = true} : (tensor<?x?xf32>) -> tensor<?x1xf32>
-  %2 = tensor.sub %0, %1 : (tensor<?x?xf32>, tensor<?x1xf32>) -> tensor<?x?xf32>
-  func.return %2 : tensor<?x?xf32>
+        """func.func @main(%x: tensor<?x?xf32>, %y: tensor<?x?xf32>) -> tensor<?x?xf32> attributes {fusecc.dims = [["M", "K"], ["K", "N"]]} {
+  %0 = tensor.matmul %x, %y : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
+  func.return %0 : tensor<?x?xf32>
 }
 """
     )
-    with pytest.raises(fusecc.CompileError, match=r"mean.ir:3:\d+: error: 'tensor.reduce_mean' in a reduction group with '\?' dims is not supported yet on the CPU"):
+    with pytest.raises(fusecc.CompileError, match=r"products.ir:2:\d+: error: 'tensor.matmul' in a matmul group with '\?' dims is not supported yet on the CPU"):
         fusecc.compile(str(path), target="cpu")
 
 
