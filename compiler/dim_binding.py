@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.dims import dim_symbol, dims_equal, is_unbound
+from fusecc.compiler.dims import dim_symbol, dims_equal, is_unbound, normalize_dim, sympy
 from fusecc.compiler.ir import VerifyError
 from fusecc.compiler.types import FunctionType, ShapedType, TensorType, Type
 
@@ -96,6 +96,38 @@ def same_spelling(a: Type, b: Type) -> bool:
     return a is b or str(a) == str(b)
 
 
+def parse_dim(text: str):
+    """A dim written in `fusecc.dims` on an op: a name (`S`) or an
+    expression of names (`B*S`), read by sympy with every name a dim."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_*+\-/ (),]+", text):
+        raise ValueError(f"'{text}' is not a dim name or an expression of dim names")
+    functions = {"Min": sympy().Min, "Max": sympy().Max, "floor": sympy().floor, "ceiling": sympy().ceiling, "Mod": sympy().Mod}
+    names = {n: dim_symbol(n) for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text) if n not in functions}
+    names.update(functions)
+    try:
+        return normalize_dim(sympy().sympify(text, locals=names))
+    except (sympy().SympifyError, TypeError, SyntaxError) as exc:
+        raise ValueError(f"'{text}' is not a dim expression: {exc}") from None
+
+
+def bind_named_results(declared: list[Type], dims_attr) -> list[Type]:
+    """An op's `fusecc.dims = ["B", "S"]` names the `?` dims of its (first)
+    result, left to right, where its operands cannot tell them (a
+    broadcast to a batch dim, a reshape that splits B*S). Raises ValueError."""
+    if not declared:
+        raise ValueError(f"'{DIMS_ATTR}' names result dims, but the op has no result")
+    if not isinstance(dims_attr, A.ArrayAttr) or not all(isinstance(e, A.StringAttr) for e in dims_attr.elements):
+        raise ValueError(f"'{DIMS_ATTR}' on an op must be an array of dim names or expressions, e.g. [\"B\", \"S\"]")
+    t = declared[0]
+    unbound = sum(1 for d in getattr(t, "shape", ()) if type(d) is not int)
+    if unbound != len(dims_attr.elements):
+        raise ValueError(f"'{DIMS_ATTR}' names {len(dims_attr.elements)} dims, but the result {t} has {unbound} '?' dims")
+    queue = iter(parse_dim(e.value) for e in dims_attr.elements)
+    return [TensorType([d if type(d) is int else next(queue) for d in t.shape], t.element_type), *declared[1:]]
+
+
 def refine_results(op_class, operand_types: list[Type], attributes: dict, declared: list[Type]) -> list[Type]:
     """The result types of an op whose written types have `?` dims: the
     inferred ones (checked against what is written) or, for ops without
@@ -112,4 +144,4 @@ def refine_results(op_class, operand_types: list[Type], attributes: dict, declar
     return list(refine(operand_types, attributes, declared))
 
 
-__all__ = ["DIMS_ATTR", "bind_arguments", "dim_compatible", "has_unbound", "refine_results", "same_spelling", "type_compatible"]
+__all__ = ["DIMS_ATTR", "bind_arguments", "bind_named_results", "parse_dim", "dim_compatible", "has_unbound", "refine_results", "same_spelling", "type_compatible"]

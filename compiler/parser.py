@@ -32,7 +32,7 @@ from fusecc.compiler.diagnostics import FileLineColLoc
 from fusecc.compiler.ir import Block, Operation, Region, lookup_op_class
 from fusecc.compiler.literals import LiteralReader, _attribute_dicts
 from fusecc.compiler.syntax import OpSyntax, lark_parser, set_grammar_store, syntax_error, token_piece
-from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, has_unbound, refine_results, type_compatible
+from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, bind_named_results, has_unbound, refine_results, type_compatible
 from fusecc.compiler.types import FunctionType, TypeSyntaxError, parse_type_token
 
 
@@ -227,8 +227,13 @@ class _IRBuilder(LiteralReader):
         result_names = self.result_names(syntax.results)
         if declared_results is not None:
             result_types = declared_results
-            if any(has_unbound(t) for t in declared_results):
-                result_types = self.refine(op_class, operands, attrs, declared_results, syntax)
+            if DIMS_ATTR in attrs:
+                try:
+                    result_types = bind_named_results(declared_results, attrs[DIMS_ATTR])
+                except ValueError as exc:
+                    raise self.fail(syntax.token, f"'{name}' op {exc}") from None
+            if any(has_unbound(t) for t in result_types):
+                result_types = self.refine(op_class, operands, attrs, result_types, syntax)
         elif not result_names:
             result_types = []
         else:

@@ -138,15 +138,17 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
     p.add_argument("--random-inputs", action="store_true", help="fill the inputs missing from --inputs with seeded random data (says which)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
+    p.add_argument("--dims", default=None, metavar="B=3,S=7", help="sizes of dynamic ('?') dims for --random-inputs (docs/dynamic-shapes.md)")
     p.add_argument("--threads", type=int, default=None, help="threads of the CPU runtimes (sets FUSECC_CPU_WORKERS; default: every CPU this process may use)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the target and the compile and run times to stderr")
     p.add_argument("--sanitize", action="store_true", help="with --target cuda-sim: check shared memory races, uninitialised reads, out-of-bounds accesses, barriers and warp operations (a finding exits 1)")
     return p
 
 
-def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: int) -> list[np.ndarray]:
+def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: int, dims: str | None = None) -> list[np.ndarray]:
     """The entry's arguments: from the .npz by name (`x` for `%x`), else as
-    `argN`, else (with --random-inputs) seeded random data."""
+    `argN`, else (with --random-inputs) seeded random data; a dynamic dim of
+    random data takes its size from --dims or from a given input."""
     from fusecc.runtime.reference import random_input
 
     provided = run_io.read_npz(path) if path is not None else {}
@@ -166,7 +168,7 @@ def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: 
             if not random_inputs:
                 held = f"; {run_io.describe_keys(path, provided)}" if path is not None else ""
                 raise UsageError(f"missing input {label} ({t}){held}; give it in --inputs by name or position (arg{index}), or use --random-inputs")
-            values.append(random_input(t, rng))
+            values.append(random_input(sized(t, func, provided_sizes(arguments, values), dims, label), rng))
             randomised.append(label)
     for key in sorted(set(provided) - used):
         print(f"fusecc run: warning: '{key}' in '{path}' is not an argument of @{func.sym_name}; ignored", file=sys.stderr)
@@ -218,6 +220,33 @@ def run_target(args, loop_level: bool):
     return target
 
 
+def provided_sizes(arguments, values) -> dict:
+    """The dynamic dims' sizes the inputs given so far show."""
+    sizes = {}
+    for arg, array in zip(arguments, values):
+        for d, n in zip(getattr(arg.type, "shape", ()), np.shape(array)):
+            if type(d) is not int and d.is_Symbol:
+                sizes.setdefault(d, n)
+    return sizes
+
+
+def sized(t, func: Operation, known: dict, dims: str | None, label: str):
+    """`t` with its dynamic dims at the sizes --dims (or another input) gives."""
+    if getattr(t, "is_static", True):
+        return t
+    from fusecc.compiler.dims import dim_symbol, evaluate_shape, free_symbols, parse_hints
+
+    try:
+        given = {dim_symbol(k): v for k, v in parse_hints(dims or "").items()}
+    except ValueError as exc:
+        raise UsageError(f"--dims: {str(exc).replace('shape hint', 'dim size')}") from None
+    sizes = {**known, **given}
+    missing = sorted(str(s) for s in free_symbols(t.shape) if s not in sizes)
+    if missing:
+        raise UsageError(f"input {label} of @{func.sym_name} is {t} with dynamic dims; give their sizes for --random-inputs with --dims {','.join(f'{m}=N' for m in missing)}")
+    return t.with_shape(evaluate_shape(t.shape, sizes))
+
+
 def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
     from fusecc.runtime.cuda.cpu_harness.sanitizer import SanitizerFindings
     from fusecc.runtime.reference import InterpreterError
@@ -232,7 +261,7 @@ def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
             raise UsageError("--threads must be at least 1")
         os.environ["FUSECC_CPU_WORKERS"] = str(args.threads)
     target = run_target(args, is_loop_level(module))
-    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
+    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed, args.dims)
     timing = run_io.Timing(target.name)
     hits, builds = cache.counts.hits, cache.counts.builds
     with phase(f"the '{target.name}' target"):
@@ -326,7 +355,7 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
     )
     p.add_argument("input")
     model_options.add_frontend_options(p)
-    add_target_options(p, "the code generator reported on: cuda (default; cuda-sim alike) or cpu (the default with --measure)", COMPILE_TARGETS)
+    add_target_options(p, "the code generator reported on: cuda (default; cuda-sim alike) or cpu (the default with --measure)", COMPILE_TARGETS, tf32=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     measured = p.add_argument_group("measuring (--measure)")
     measured.add_argument("--measure", action="store_true", help="compile unfused and fused, run both, and put measured figures beside the modelled ones")
@@ -362,7 +391,7 @@ def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
             raise UsageError(f"{', '.join(measuring_only)} {'applies' if len(measuring_only) == 1 else 'apply'} to --measure; add --measure or drop {'it' if len(measuring_only) == 1 else 'them'}")
         choice = tuning_target(args, "fusecc report")
         module = load(args.input, engine, args)
-        write_output(None, reporting.report(module, choice.hardware, as_json=args.json, engine=engine))
+        write_output(None, reporting.report(module, choice.hardware, as_json=args.json, engine=engine, allow_tf32=choice.allow_tf32))
         return 0
     choice = tuning_target(args, "fusecc report", "cpu")
     module = load(args.input, engine, args)

@@ -7,8 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fusecc.compiler.dims import dims_equal, is_static, is_unbound, normalize_dim, product, require_equal, require_whole, sympy
-from fusecc.compiler.ir import INT, INT_ARRAY, REQUIRED, AttrDef, OperandDef, VerifyError, register_op
+from fusecc.compiler.dims import dim_symbol, dims_equal, is_static, is_unbound, normalize_dim, product, require_equal, require_whole, sympy
+from fusecc.compiler import attributes as A
+from fusecc.compiler.ir import AttrKind, INT, INT_ARRAY, REQUIRED, AttrDef, OperandDef, VerifyError, register_op
 from fusecc.compiler.traits import Broadcasting, Injective, Pure
 from fusecc.compiler.types import TensorType, broadcast_shapes, i32, i64
 
@@ -117,8 +118,18 @@ class BroadcastToOp(TensorOp):
         out = expect_tensor(self.result.type, "result")
         if x.element_type is not out.element_type:
             raise VerifyError(f"broadcast_to changes the element type from {x.element_type} to {out.element_type}")
-        if len(x.shape) > len(out.shape) or broadcast_shapes(x.shape, out.shape) != out.shape:
+        if len(x.shape) > len(out.shape):
             raise VerifyError(f"shape {shape_str(x.shape)} does not broadcast to {shape_str(out.shape)}")
+        if x.is_static and out.is_static:
+            if broadcast_shapes(x.shape, out.shape) != out.shape:
+                raise VerifyError(f"shape {shape_str(x.shape)} does not broadcast to {shape_str(out.shape)}")
+            return
+        for axis, d in enumerate(x.shape):
+            target = out.shape[axis + out.rank - x.rank]
+            if d != 1 and dims_equal(d, target) is False:
+                raise VerifyError(f"shape {shape_str(x.shape)} does not broadcast to {shape_str(out.shape)}")
+            if d != 1:
+                require_equal(d, target, f"dim {axis} of the operand must equal the result's")
 
     @classmethod
     def refine_result_types(cls, operand_types, attributes, declared):
@@ -169,7 +180,8 @@ class SliceAxis(NamedTuple):
 
 
 def slice_bounds(shape, start, stop, step) -> list[SliceAxis]:
-    """Per axis the normalised slice (Python's clamping of start and stop)."""
+    """Per axis the normalised slice (Python's clamping of start and stop).
+    A stop may name a dim of the function (`"S"`, docs/dynamic-shapes.md)."""
     rank = len(shape)
     step = [1] * rank if step is None else step
     for name, values in (("start", start), ("stop", stop), ("step", step)):
@@ -179,7 +191,13 @@ def slice_bounds(shape, start, stop, step) -> list[SliceAxis]:
     for axis, (dim, a, b, s) in enumerate(zip(shape, start, stop, step)):
         if s == 0:
             raise VerifyError(f"step of axis {axis} is zero")
-        if not is_static(dim):
+        if isinstance(a, str):
+            raise VerifyError(f"start of axis {axis} names a dim ('{a}'); only a stop may")
+        if isinstance(b, str):
+            if s < 0 or not b.isidentifier():
+                raise VerifyError(f"stop of axis {axis} ('{b}') must name a dim, with a positive step")
+            b = dim_symbol(b)
+        if not is_static(dim) or not is_static(b):
             bounds.append(_dynamic_slice_axis(dim, a, b, s))
             continue
         elements = range(*slice(a, b, s).indices(dim))
@@ -199,12 +217,23 @@ def _dynamic_slice_axis(dim, a: int, b: int, s: int) -> SliceAxis:
     Max, Min = sympy().Max, sympy().Min
     if s > 0:
         start = Min(a, dim) if a >= 0 else Max(a + dim, 0)
-        stop = dim if b >= _END_THRESHOLD else Min(b, dim) if b >= 0 else Max(b + dim, 0)
+        if not is_static(b):  # a named dim (positive)
+            stop = Min(b, dim)
+        else:
+            stop = dim if b >= _END_THRESHOLD else Min(b, dim) if b >= 0 else Max(b + dim, 0)
     else:
         start = Min(a, dim - 1) if a >= 0 else Max(a + dim, -1)
         stop = -1 if b <= -_END_THRESHOLD else Min(b, dim - 1) if b >= 0 else Max(b + dim, -1)
     length = Max(0, sympy().ceiling((stop - start) / s))
     return SliceAxis(normalize_dim(start), s, normalize_dim(length))
+
+
+# A slice's stop entries: integers, or the name of a dim of the function.
+BOUND_ARRAY = AttrKind(
+    "array of integers or dim names",
+    lambda a: isinstance(a, A.ArrayAttr) and all(isinstance(e, (A.IntegerAttr, A.StringAttr)) for e in a.elements),
+    lambda a: [e.value for e in a.elements],
+)
 
 
 @register_op
@@ -216,7 +245,7 @@ class SliceOp(TensorOp):
     operand_defs = (OperandDef("input"),)
     attr_defs = (
         AttrDef("start", INT_ARRAY, REQUIRED),
-        AttrDef("stop", INT_ARRAY, REQUIRED),
+        AttrDef("stop", BOUND_ARRAY, REQUIRED),
         AttrDef("step", INT_ARRAY, None),
     )
 
@@ -235,6 +264,16 @@ class SliceOp(TensorOp):
     def evaluate(self, args):
         # The bounds of the run's shape: the type may have `?` dims.
         bounds = slice_bounds(args[0].shape, self.attr("start"), self.attr("stop"), self.attr("step"))
+        return [np.asarray(args[0][tuple(axis.as_slice() for axis in bounds)], order="C")]
+
+    def evaluate_dynamic(self, args, result_shapes):
+        """A stop that names a dim takes its length from the run's result shape."""
+        start = self.attr("start")
+        stop = [
+            slice(a, None).indices(dim)[0] + length if isinstance(b, str) else b
+            for a, b, dim, length in zip(start, self.attr("stop"), args[0].shape, result_shapes[0])
+        ]
+        bounds = slice_bounds(args[0].shape, start, stop, self.attr("step"))
         return [np.asarray(args[0][tuple(axis.as_slice() for axis in bounds)], order="C")]
 
 

@@ -100,6 +100,11 @@ class ImportContext:
         if isinstance(entry, Value):
             return entry
         array = np.asarray(entry)
+        if array.dtype == object:
+            raise self.fail(
+                f"uses a shape computed from dynamic dims ({array.tolist()}) as a run-time tensor, which fusecc cannot yet; "
+                "specialise the dims with --shape (docs/dynamic-shapes.md)"
+            )
         cached = self._materialized.get(id(entry))
         if cached is not None and cached[0] is entry:
             return cached[1]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fusecc.compiler.dims import dims_equal, normalize_dim, product, sympy
+
 from fusecc.frontends.onnx.context import shape_of
 from fusecc.frontends.onnx.table import folder
 
@@ -26,8 +28,27 @@ def normalized(axis: int, rank: int, cx, what: str = "axis") -> int:
     return axis % max(rank, 1)
 
 
+def is_symbolic(array) -> bool:
+    """A shape array computed from dynamic dims: numpy objects, ints and sympy
+    expressions (`Shape` of a `?x?x384` value is [B, S, 384])."""
+    return isinstance(array, np.ndarray) and array.dtype == object
+
+
+def shape_array(shape) -> np.ndarray:
+    if all(type(d) is int for d in shape):
+        return np.array(shape, np.int64)
+    return np.array(list(shape), dtype=object)
+
+
+def as_dim(value):
+    """A shape entry as an int, or the sympy expression of a dynamic dim."""
+    return normalize_dim(value.item() if isinstance(value, np.generic) else value)
+
+
 def reshape_target(shape, spec, allowzero: int, cx) -> tuple[int, ...]:
     """ONNX Reshape: 0 copies the input's dim (unless allowzero), one -1 is inferred."""
+    if is_symbolic(np.asarray(spec)) or not all(type(d) is int for d in shape):
+        return symbolic_reshape_target(shape, spec, allowzero, cx)
     spec = [int(d) for d in np.asarray(spec).reshape(-1)]
     out = [shape[i] if d == 0 and not allowzero else d for i, d in enumerate(spec)]
     if out.count(-1) > 1:
@@ -39,6 +60,24 @@ def reshape_target(shape, spec, allowzero: int, cx) -> tuple[int, ...]:
             raise cx.fail(f"cannot reshape {list(shape)} to {spec}")
         out[out.index(-1)] = total // known
     if int(np.prod(out)) != total or any(d < 0 for d in out):
+        raise cx.fail(f"cannot reshape {list(shape)} to {spec}")
+    return tuple(out)
+
+
+def symbolic_reshape_target(shape, spec, allowzero: int, cx) -> tuple:
+    """reshape_target where dims are expressions of dynamic dims."""
+    spec = [as_dim(d) for d in np.asarray(spec, dtype=object).reshape(-1)]
+    out = [shape[i] if type(d) is int and d == 0 and not allowzero else d for i, d in enumerate(spec)]
+    holes = [i for i, d in enumerate(out) if type(d) is int and d == -1]
+    if len(holes) > 1:
+        raise cx.fail(f"shape {spec} has more than one -1")
+    total = product(shape)
+    if holes:
+        known = product(d for i, d in enumerate(out) if i != holes[0])
+        if known == 0:
+            raise cx.fail(f"cannot reshape {list(shape)} to {spec}")
+        out[holes[0]] = normalize_dim(sympy().cancel(total / known))
+    if dims_equal(product(out), total) is False:
         raise cx.fail(f"cannot reshape {list(shape)} to {spec}")
     return tuple(out)
 
@@ -69,18 +108,24 @@ def slice_per_axis(shape, starts, ends, axes, steps, cx) -> tuple[list[int], lis
     slice convention (a stop of -(dim+1) means "before index 0")."""
     rank = len(shape)
     starts = [int(v) for v in np.asarray(starts).reshape(-1)]
-    ends = [int(v) for v in np.asarray(ends).reshape(-1)]
+    ends = [as_dim(v) for v in np.asarray(ends).reshape(-1)]
     axes = list(range(len(starts))) if axes is None else [normalized(int(a), rank, cx) for a in np.asarray(axes).reshape(-1)]
     steps = [1] * len(starts) if steps is None else [int(v) for v in np.asarray(steps).reshape(-1)]
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise cx.fail("starts, ends, axes and steps differ in length")
     if len(set(axes)) != len(axes):
         raise cx.fail(f"axes {axes} repeat an axis")
-    start, stop, step = [0] * rank, list(shape), [1] * rank
+    start, stop, step = [0] * rank, [d if type(d) is int else INT64_MAX for d in shape], [1] * rank
     for axis, a, b, s in zip(axes, starts, ends, steps):
         dim = shape[axis]
         if s == 0:
             raise cx.fail(f"step of axis {axis} is zero")
+        if type(dim) is not int or type(b) is not int:
+            # tensor.slice clamps as ONNX does; a stop may name a dim (docs/dynamic-shapes.md)
+            if s < 0 or (type(b) is not int and not b.is_Symbol):
+                raise cx.fail(f"slices axis {axis} with dynamic bounds ({a}:{b}:{s}) that fusecc cannot express; specialise with --shape")
+            start[axis], stop[axis], step[axis] = a, (b if type(b) is int else str(b)), s
+            continue
         a = a + dim if a < 0 else a
         b = b + dim if b < 0 else b
         if s > 0:
@@ -147,12 +192,13 @@ def fold_constant(cx, node, args):
 @folder("Shape", attrs=("start", "end"), from_shapes=True)
 def fold_shape(cx, node, args):
     shape = shape_of(args[0])
-    return [np.array(shape[slice(node.attr("start", 0), node.attr("end"))], np.int64)]
+    return [shape_array(shape[slice(node.attr("start", 0), node.attr("end"))])]
 
 
 @folder("Size", from_shapes=True)
 def fold_size(cx, node, args):
-    return [np.array(int(np.prod(shape_of(args[0]))), np.int64)]
+    size = product(shape_of(args[0]))
+    return [np.array(size, np.int64) if type(size) is int else np.array(size, dtype=object)]
 
 
 @folder("Identity")
@@ -282,6 +328,8 @@ def fold_cast(cx, node, args):
     from onnx import helper
 
     dtype = helper.tensor_dtype_to_np_dtype(node.attr("to"))
+    if is_symbolic(args[0]) and np.dtype(dtype).kind in "iu":
+        return [args[0]]  # dims stay dims
     return [args[0].astype(dtype)]
 
 

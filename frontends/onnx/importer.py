@@ -11,6 +11,7 @@ and `onnx.outputs`, which `fusecc run` uses for its npz keys.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ import numpy as np
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
 from fusecc.compiler.diagnostics import NameLoc
+from fusecc.compiler.dim_binding import DIMS_ATTR
+from fusecc.compiler.dims import dim_symbol
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.progress import progress
 from fusecc.frontends.names import ssa_names
@@ -85,6 +88,8 @@ def import_onnx(
         results.append(cx.value(env[output.name]))
     cx.builder.create(ReturnOp, results, result_types=[], location=NameLoc("return"))
     func.attributes["function_type"] = A.TypeAttr(FunctionType(types, [r.type for r in results]))
+    if any(not t.is_static for t in types):
+        func.attributes[DIMS_ATTR] = dims_attribute(types)
     func.attributes[INPUT_NAMES_ATTR] = A.from_python([i.name for i in inputs])
     func.attributes[OUTPUT_NAMES_ATTR] = A.from_python([o.name for o in graph.output])
     module = ModuleOp.build([func])
@@ -105,12 +110,18 @@ def translate_node(cx: ImportContext, node: Node, env: dict) -> None:
         args.pop()
     rule = TABLE[node.op_type]
     known = all(a is None or is_constant(a) for a in args)
+    outputs = None
     if rule.fold is not None and (known or rule.folds_from_shapes):
         try:
             with np.errstate(all="ignore"):
                 outputs = [np.asarray(out) for out in rule.fold(cx, node, args)]
         except (ValueError, IndexError, TypeError, OverflowError) as exc:
-            raise cx.fail(f"cannot be evaluated: {exc}") from None
+            # Shape arithmetic on dynamic dims that numpy cannot finish (a
+            # constant sliced to S) runs as ops instead.
+            if rule.translate is None or not any(folding.is_symbolic(a) for a in args):
+                raise cx.fail(f"cannot be evaluated: {exc}") from None
+    if outputs is not None:
+        pass
     elif rule.translate is not None:
         outputs = rule.translate(cx, node, args)
     else:
@@ -177,7 +188,7 @@ def input_types(path: str, inputs, shapes: dict[str, tuple[int, ...]]) -> list[T
                     raise ModelError(f"{path}: --shape gives input '{i.name}' the dims {list(given)}, but its dim {d.dim_value} is fixed")
                 if d.HasField("dim_param"):
                     bound.setdefault(d.dim_param, size)
-    types, open_dims = [], []
+    types = []
     for i in inputs:
         tensor_type = i.type.tensor_type
         if not i.type.HasField("tensor_type"):
@@ -188,20 +199,26 @@ def input_types(path: str, inputs, shapes: dict[str, tuple[int, ...]]) -> list[T
         if i.name in shapes:
             types.append(TensorType(tuple(shapes[i.name]), element))
             continue
-        dims, missing = [], []
+        if not tensor_type.HasField("shape"):
+            raise ModelError(f"{path}: input '{i.name}' has no declared rank; give its dims with --shape {i.name}=DIMS")
+        dims = []
         for axis, d in enumerate(tensor_type.shape.dim):
             if d.HasField("dim_value"):
                 dims.append(d.dim_value)
             elif d.HasField("dim_param") and d.dim_param in bound:
                 dims.append(bound[d.dim_param])
-            else:
-                missing.append(d.dim_param or f"dim {axis}")
-        if missing:
-            open_dims.append(f"'{i.name}' ({', '.join(missing)})")
+            else:  # kept symbolic: a `?` dim named after the model's dim (docs/dynamic-shapes.md)
+                dims.append(dim_symbol(dim_name(d.dim_param or f"{i.name}_{axis}")))
         types.append(TensorType(tuple(dims), element))
-    if open_dims:
-        raise ModelError(
-            f"{path}: inputs with symbolic dims: {'; '.join(open_dims)}. fusecc compiles static shapes: "
-            "give each with --shape NAME=DIMS (an input, e.g. --shape input=1x128, or a dim, e.g. --shape batch_size=1)"
-        )
     return types
+
+
+def dim_name(text: str) -> str:
+    """An ONNX dim name (`batch_size`, `unk__614`, `batch size`) as an identifier."""
+    name = re.sub(r"\W", "_", text)
+    return name if name and not name[0].isdigit() else f"d_{name}"
+
+
+def dims_attribute(types) -> A.Attribute:
+    """`fusecc.dims`: the names of each argument's `?` dims, so the text keeps them."""
+    return A.from_python([[str(d) for d in t.shape if type(d) is not int] for t in types])

@@ -7,7 +7,10 @@ import numpy as np
 
 from fusecc.dialects import tensor as T
 from fusecc.frontends.onnx.context import shape_of
+from fusecc.compiler.types import broadcast_shapes
 from fusecc.frontends.onnx.folding import (
+    INT64_MAX,
+    as_dim,
     broadcast_shape,
     flatten_axis,
     normalized,
@@ -24,7 +27,14 @@ def reshaped(cx, x, shape):
     x = cx.value(x)
     if tuple(x.type.shape) == tuple(shape):
         return x
-    return cx.emit(T.ReshapeOp, [x], result_type=x.type.with_shape(tuple(shape)))
+    return cx.emit(T.ReshapeOp, [x], named_dims(shape), result_type=x.type.with_shape(tuple(shape)))
+
+
+def named_dims(shape) -> dict:
+    """`fusecc.dims` naming a result's dynamic dims, for ops whose operands
+    cannot tell them in the text (docs/dynamic-shapes.md)."""
+    dynamic = [str(d) for d in shape if type(d) is not int]
+    return {"fusecc.dims": dynamic} if dynamic else {}
 
 
 @translation("Reshape", attrs=("allowzero",), constant_inputs=(1,))
@@ -65,10 +75,16 @@ def translate_transpose(cx, node, args):
 def translate_expand(cx, node, args):
     target = cx.constant(args[1], "the target shape")
     x = cx.value(args[0])
-    shape = broadcast_shape(x.type.shape, [int(d) for d in target.reshape(-1)], cx)
+    dims = [as_dim(d) for d in target.reshape(-1)]
+    if x.type.is_static and all(type(d) is int for d in dims):
+        shape = broadcast_shape(x.type.shape, dims, cx)
+    else:
+        shape = broadcast_shapes(tuple(x.type.shape), tuple(dims))
+        if shape is None:
+            raise cx.fail(f"shapes {list(x.type.shape)} and {dims} do not broadcast")
     if shape == tuple(x.type.shape):
         return [x]
-    return [cx.emit(T.BroadcastToOp, [x], result_type=x.type.with_shape(shape))]
+    return [cx.emit(T.BroadcastToOp, [x], named_dims(shape), result_type=x.type.with_shape(shape))]
 
 
 @translation("Concat", attrs=("axis",))
@@ -78,7 +94,8 @@ def translate_concat(cx, node, args):
 
 def sliced(cx, x, start, stop, step):
     shape = shape_of(x)
-    if start == [0] * len(shape) and stop == list(shape) and step == [1] * len(shape):
+    full = [d if type(d) is int else INT64_MAX for d in shape]
+    if start == [0] * len(shape) and stop == full and step == [1] * len(shape):
         return cx.value(x)
     return cx.emit(T.SliceOp, [x], {"start": start, "stop": stop, "step": step})
 
@@ -98,7 +115,7 @@ def translate_split(cx, node, args):
     sizes = split_sizes(node, shape[axis], cx.constant(args[1] if len(args) > 1 else None, "split"), cx)
     outputs, offset = [], 0
     for size in sizes:
-        start, stop = [0] * len(shape), list(shape)
+        start, stop = [0] * len(shape), [d if type(d) is int else INT64_MAX for d in shape]
         start[axis], stop[axis] = offset, offset + size
         outputs.append(sliced(cx, x, start, stop, [1] * len(shape)))
         offset += size

@@ -56,11 +56,13 @@ def test_report_and_cuda_c_take_an_onnx_model(tmp_path, capsys):
     assert "__global__" in source and "/fc/MatMul" in source  # node names are the kernels' source locations
 
 
-def test_an_onnx_model_without_shapes_is_a_usage_error(tmp_path, capsys):
+def test_an_onnx_model_without_shapes_keeps_its_dims_and_random_inputs_need_their_sizes(tmp_path, capsys):
     model = small_mlp(tmp_path)
-    assert fusecc_main(["run", str(model), "--random-inputs"]) == 1
+    assert fusecc_main(["run", str(model), "--random-inputs", "--target", "reference"]) == 1
     err = capsys.readouterr().err
-    assert "fusecc run: error:" in err and "'input.1' (batch)" in err and "Traceback" not in err
+    assert "fusecc run: error:" in err and "'input.1'" in err and "--dims batch=N" in err and "Traceback" not in err
+    assert fusecc_main(["run", str(model), "--random-inputs", "--target", "reference", "--dims", "batch=3"]) == 0
+    assert "shape [3, " in capsys.readouterr().out
     assert fusecc_main(["report", str(model), "--shape", "input.1=4xq"]) == 1
     assert "is not NAME=DIMS" in capsys.readouterr().err
     assert fusecc_main(["import", str(tmp_path / "nothing.onnx"), "-o", str(tmp_path / "x.ir")]) == 1
