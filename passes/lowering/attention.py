@@ -52,12 +52,13 @@ from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 
-from fusecc.passes.lowering.dynamic_loops import dynamic_attention_tiles, is_dynamic
+from fusecc.passes.lowering.dynamic_loops import is_dynamic
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, template
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul import MAX_GRID_YZ, check_resources, the_only, tile_attribute
+from fusecc.passes.tiling.tile import hinted_copy
 from fusecc.passes.tiling.contractions import (
     AttentionShape,
     AttentionTiles,
@@ -106,6 +107,17 @@ def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardwar
     """The group's `tile.block = [BQ, BT]` and `tile.threads` as the tiler
     set them; what it leaves out, the choosers above fill in."""
     return choose_attention_tiles(problem, hardware, tile_attribute(group, "tile.block", None), tile_attribute(group, "tile.threads", None))
+
+
+def dynamic_attention_tiles(group: GroupOp, hardware: Hardware) -> AttentionTiles:
+    """The tiles of a group with `?` dims (docs/dynamic-shapes.md): chosen at
+    the --shape-hint sizes on a copy of the group; the CPU template guards
+    the last query and key tiles at the runtime S and T."""
+    hinted = hinted_copy(group)
+    try:
+        return attention_tiles(hinted, AttentionProblem.of(hinted), hardware)
+    finally:
+        hinted.erase()
 
 
 def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, hardware: Hardware) -> KernelResources:

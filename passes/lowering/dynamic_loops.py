@@ -109,36 +109,5 @@ def erase_dims(schedule: loop.ScheduleOp, kernels) -> None:
                 _erase(result)
 
 
-__all__ = ["SUPPORTED", "check_supported", "dynamic_attention_tiles", "dynamic_cpu_tiles", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
+__all__ = ["SUPPORTED", "check_supported", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
 
-
-def dynamic_cpu_tiles(group: GroupOp, hardware):
-    """A matmul group's CPU tiles when it has `?` dims: chosen at the
-    --shape-hint sizes (on a copy of the group); B is packed only when
-    static (a weight), A's panels are a `?`-sized scratch buffer."""
-    from dataclasses import replace
-
-    from fusecc.passes.lowering.matmul import MatmulProblem, cpu_matmul_tiles
-    from fusecc.passes.tiling.tile import hinted_copy
-
-    hinted = hinted_copy(group)
-    try:
-        tiles = cpu_matmul_tiles(hinted, MatmulProblem.of(hinted), hardware)
-    finally:
-        hinted.erase()
-    rhs = MatmulProblem.of(group).rhs.type
-    return replace(tiles, pack_b=tiles.pack_b and rhs.is_static)
-
-
-def dynamic_attention_tiles(group: GroupOp, hardware):
-    """An attention group's tiles when it has `?` dims: chosen at the
-    --shape-hint sizes (on a copy of the group); the CPU template guards the
-    last query and key tiles at the runtime S and T."""
-    from fusecc.passes.lowering.attention import AttentionProblem, attention_tiles
-    from fusecc.passes.tiling.tile import hinted_copy
-
-    hinted = hinted_copy(group)
-    try:
-        return attention_tiles(hinted, AttentionProblem.of(hinted), hardware)
-    finally:
-        hinted.erase()

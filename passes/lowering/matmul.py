@@ -64,13 +64,14 @@ from fusecc.compiler.types import MemRefType, ScalarType
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
-from fusecc.passes.lowering.dynamic_loops import dynamic_cpu_tiles, is_dynamic
+from fusecc.passes.lowering.dynamic_loops import is_dynamic
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
 from fusecc.passes.lowering.kernel_builder import Part, ceil_div, dispatch
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul_mma import lower_matmul_mma, mma_kind
 from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
+from fusecc.passes.tiling.tile import hinted_copy
 from fusecc.passes.tiling.contractions import (
     MAX_SPECIALISED_COPIES,
     CpuMatmulTiles,
@@ -305,6 +306,18 @@ def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
         return lower_matmul_mma(group, problem, kind, hardware)
     writer = lower_matmul_gpu(group, problem, gpu_matmul_tiles(group, problem, hardware), hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
+
+
+def dynamic_cpu_tiles(group: GroupOp, hardware: Hardware) -> CpuMatmulTiles:
+    """The CPU tiles of a group with `?` dims (docs/dynamic-shapes.md): chosen
+    at the --shape-hint sizes on a copy of the group; B is packed only when
+    static (a weight), A's panels are a `?`-sized scratch buffer."""
+    hinted = hinted_copy(group)
+    try:
+        tiles = cpu_matmul_tiles(hinted, MatmulProblem.of(hinted), hardware)
+    finally:
+        hinted.erase()
+    return replace(tiles, pack_b=tiles.pack_b and MatmulProblem.of(group).rhs.type.is_static)
 
 
 def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTiles, hardware: Hardware) -> KernelWriter:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from fusecc.compiler.ir import Value
 from fusecc.dialects import loop
 
-from fusecc.passes.memory.plan import in_place_pairs
+from fusecc.passes.memory.liveness import in_place_pairs
 
 
 def check_plan(schedule: loop.ScheduleOp, alignment: int = 1, dims: dict[str, int] | None = None) -> list[str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fusecc.compiler import attributes as A
 from fusecc.compiler.shape_expr import align_up, parse_shape_expr, product, total
 from fusecc.dialects import loop
-from fusecc.passes.memory.plan import arena_roots, in_place_pairs, kernels_by_name, live_intervals, timeline
+from fusecc.passes.memory.liveness import arena_roots, in_place_pairs, kernels_by_name, live_intervals, timeline
 
 
 def byte_size_expr(view: loop.ArenaViewOp) -> str:

@@ -27,6 +27,7 @@ from fusecc.compiler.types import MemRefType, bf16, f64
 from fusecc.dialects import loop
 from fusecc.dialects.loop import ShapeMismatch, concrete_type, evaluate_size
 from fusecc.passes.backends.llvm.emit import written_arguments
+from fusecc.runtime.cpu.buffers import aligned_empty, aligned_zeros
 from fusecc.runtime.cpu.load_time import load_time_launches
 from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffer
 from fusecc.runtime.reference import InterpreterError
@@ -57,9 +58,6 @@ class DynamicSchedulePlan:
     """A `?`-shaped schedule resolved once; bound to each call's dims."""
 
     def __init__(self, program, schedule: loop.ScheduleOp):
-        from fusecc.runtime.cpu.executor import aligned_empty, aligned_zeros
-
-        self._aligned_empty, self._aligned_zeros = aligned_empty, aligned_zeros
         self.program = program
         self.schedule = schedule
         self.lock = threading.Lock()
@@ -114,7 +112,7 @@ class DynamicSchedulePlan:
             for v in op.operands:
                 buffer = self.constants.get(_root(v)) if _root(v) in self.constants else self.packed.get(v)
                 if buffer is None:  # an argument the launch does not touch
-                    buffer = self._aligned_zeros(max(1, v.type.byte_size))
+                    buffer = aligned_zeros(max(1, v.type.byte_size))
                     spare.append(buffer)
                 args.append(buffer.ctypes.data)
             self.program.pool.run(kernel.function, args, kernel.abi.worker_extent, kernel.abi.work_per_iteration)
@@ -127,7 +125,7 @@ class DynamicSchedulePlan:
         schedule = self.schedule
         arena_bytes = evaluate_size(schedule.arena_size, dims)
         if arena_bytes > self.arena.size:
-            self.arena = self._aligned_zeros(arena_bytes)
+            self.arena = aligned_zeros(arena_bytes)
             self._bound.clear()  # prepared arena addresses are stale
         n_inputs = len(schedule.inputs)
         slots: dict[Value, tuple] = {}  # value -> (root, byte offset, concrete type)
@@ -186,7 +184,7 @@ class DynamicSchedulePlan:
             while len(self._bound) > BOUND_SHAPES:
                 del self._bound[next(iter(self._bound))]
             steps, output_types, fixed = bound
-            outputs = [self._aligned_empty(t.byte_size).view(storage_dtype(t)).reshape(t.shape) for t in output_types]
+            outputs = [aligned_empty(t.byte_size).view(storage_dtype(t)).reshape(t.shape) for t in output_types]
             if self.writes_constants:
                 for v, pristine in self._pristine.items():
                     self.constants[v][:] = pristine

@@ -29,6 +29,7 @@ from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffe
 from fusecc.runtime.reference import InterpreterError
 
 from fusecc.runtime.cpu import jit
+from fusecc.runtime.cpu.buffers import aligned_empty, aligned_zeros
 from fusecc.runtime.cpu.dynamic import DynamicSchedulePlan, kernel_arguments, worker_extent
 from fusecc.runtime.cpu.load_time import load_time_launches
 
@@ -43,19 +44,6 @@ _CTYPES = {
     "f32": ctypes.c_float, "f64": ctypes.c_double, "i1": ctypes.c_bool, "i8": ctypes.c_int8,
     "i32": ctypes.c_int32, "i64": ctypes.c_int64, "index": ctypes.c_int64,
 }
-
-
-def aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
-    """An uninitialised uint8 array whose data starts at a multiple of `alignment`."""
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start : start + nbytes]
-
-
-def aligned_zeros(nbytes: int, alignment: int = 64) -> np.ndarray:
-    out = aligned_empty(nbytes, alignment)
-    out[:] = 0
-    return out
 
 
 def available_cpus() -> int:
