@@ -8,8 +8,8 @@ the epilogue (bias, activation, residual, cast) is applied to the f32
 accumulators before the single store, as in the FMA template.
 
     loop.parallel [N/BN, M/BM, batch] (block.x, block.y, block.z)
-      a_tile = alloc shared [BM, BK + pad]  (operand type; k contiguous)
-      b_tile = alloc shared [BN, BK + pad]
+      a_tile = alloc shared [BM, BK + pad] or [BK, BM + pad']  (operand type; as A lies in memory)
+      b_tile = alloc shared [BN, BK + pad] or [BK, BN + pad']
       loop.parallel [32 · WARPS_M · WARPS_N] (thread.x)
         warp (wm, wn) owns a WM×WN = (BM/WARPS_M)×(BN/WARPS_N) block of the output,
         FM×FN instruction tiles of 16×8, 4 f32 accumulators each per lane
@@ -21,10 +21,14 @@ accumulators before the single store, as in the FMA template.
             acc_ij = nvgpu.mma_sync(a_i, b_j, acc_ij)
         epilogue(acc) -> store at the C fragment's (row, col), guarded at the edges
 
-Both tiles are stored with k contiguous and rows padded by 16 bytes, so the
-fragment reads of a warp (8 groups × 4 lanes, rows 8 apart) fall into 32
-different banks; the zero padding of the guarded staging makes ragged M, N
-and K exact (a product with 0 adds nothing). Which element a lane holds is
+Each tile keeps its operand's memory order, so that the staging stores of
+a warp are contiguous like its global loads: k contiguous (`TileLayout`
+K_CONTIGUOUS: A row-major, B transposed) or k-major (A transposed, B
+row-major). The rows are padded so that a warp's fragment reads (8 groups
+× 4 positions) fall into distinct banks: by 16 bytes when k is contiguous
+(group g's row starts 4g+ banks on), by 8 elements when k-major (the
+positions' rows start 8 banks apart). The zero padding of the guarded
+staging makes ragged M, N and K exact (a product with 0 adds nothing). Which element a lane holds is
 `dialects/nvgpu.py`'s fragment table, read here as an affine function of the
 lane's group (lane / 4) and position in it (lane % 4).
 
@@ -55,7 +59,8 @@ MIN_SM = 80
 ALLOW_TF32 = "allow_tf32"  # the group attribute `lower-to-loops{allow-tf32=true}` sets on matmul groups
 KIND_OF_ELEMENT = {f16: "f16", bf16: "bf16"}
 BLOCK_K = 32
-ROW_PAD_BYTES = 16  # shifts each tile row by 4 banks: a warp's fragment reads are conflict-free
+K_CONTIGUOUS_PAD_BYTES = 16  # rows [BK + 4 words]: group g's row starts 4g (mod 32) banks on
+K_MAJOR_PAD_ELEMENTS = 8  # rows [X + 8]: the k rows a warp's positions read start 8 banks apart
 MAX_GRID_YZ = 65535
 
 
@@ -121,16 +126,48 @@ def choose_mma_tiles(problem, hardware: Hardware) -> MmaTiles:
     return MMA_TILES[-1]
 
 
-def mma_resources(tiles: MmaTiles, kind: str) -> KernelResources:
+@dataclass(frozen=True)
+class TileLayout:
+    """How one operand's BK-deep slice of X rows (A: M, B: N) sits in shared memory."""
+
+    k_contiguous: bool  # [X][BK + pad] (k fastest, as the operand has it in memory) or [BK][X + pad]
+    extent: int  # X
+    block_k: int
+    element_bytes: int
+
+    @property
+    def shape(self) -> list[int]:
+        if self.k_contiguous:
+            return [self.extent, self.block_k + K_CONTIGUOUS_PAD_BYTES // self.element_bytes]
+        return [self.block_k, self.extent + K_MAJOR_PAD_ELEMENTS]
+
+    def index(self, x: Value, k: Value) -> list[Value]:
+        return [x, k] if self.k_contiguous else [k, x]
+
+    @property
+    def bytes(self) -> int:
+        return self.shape[0] * self.shape[1] * self.element_bytes
+
+
+def mma_resources(tiles: MmaTiles, kind: str, k_contiguous: tuple[bool, bool] | None = None) -> KernelResources:
     """Registers: the accumulators, one k-step's A and B fragments (packed
     two to a register for f16/bf16), the base. Shared memory: the two padded
-    tiles in the operand type."""
+    tiles in the operand type, laid out as `k_contiguous` says for A and B
+    (None: whichever layout is larger)."""
     f = FRAGMENTS[kind]
     fm, fn = tiles.warp_m // f.m, tiles.warp_n // f.n
     element_bytes = 4 if kind == "tf32" else 2
     registers = fm * fn * f.c_count + (fm * f.a_count + fn * f.b_count) * element_bytes // 4 + BASE_REGISTERS
-    row = tiles.block_k + ROW_PAD_BYTES // element_bytes
-    return KernelResources(tiles.threads, registers, (tiles.block_m + tiles.block_n) * row * element_bytes)
+    shared = 0
+    for position, extent in enumerate((tiles.block_m, tiles.block_n)):
+        layouts = (True, False) if k_contiguous is None else (k_contiguous[position],)
+        shared += max(TileLayout(c, extent, tiles.block_k, element_bytes).bytes for c in layouts)
+    return KernelResources(tiles.threads, registers, shared)
+
+
+def k_is_contiguous(problem, is_rhs: bool) -> bool:
+    """Is k the operand's fastest axis in memory (A row-major, B transposed)?"""
+    return problem.op.attr("transpose_b" if is_rhs else "transpose_a") == is_rhs
 
 
 def affine(table, count: int) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
@@ -151,7 +188,8 @@ def affine(table, count: int) -> list[tuple[tuple[int, int, int], tuple[int, int
 def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> LoweredGroup:
     f: Fragments = FRAGMENTS[kind]
     tiles = choose_mma_tiles(problem, hardware)
-    refused = resource_problem(mma_resources(tiles, kind), hardware, "tensor-core matmul")
+    k_contiguous = (k_is_contiguous(problem, False), k_is_contiguous(problem, True))
+    refused = resource_problem(mma_resources(tiles, kind, k_contiguous), hardware, "tensor-core matmul")
     if refused is not None:
         raise LoweringError(refused)
     element: ScalarType = f32 if kind == "tf32" else problem.lhs.type.element_type
@@ -160,7 +198,7 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
     im = w.im
     bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
     fm, fn = tiles.warp_m // f.m, tiles.warp_n // f.n
-    row_length = bk + ROW_PAD_BYTES // element.byte_size
+    a_layout, b_layout = (TileLayout(c, x, bk, element.byte_size) for c, x in zip(k_contiguous, (bm, bn)))
     bounds = problem.piece_bounds()
     m_spans, n_spans, k_spans = spans(bounds["m"], bm), spans(bounds["n"], bn), spans(bounds["k"], bk)
     grid = [total_tiles(n_spans), total_tiles(m_spans)] + ([problem.batch_size] if problem.batch_size > 1 else [])
@@ -170,8 +208,8 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
     c_at = affine(f.c, f.c_count)
 
     def block(col_block: Value, row_block: Value, batch: Value | None = None) -> None:
-        a_tile = w.alloc(MemRefType([bm, row_length], element, "shared"), "a_tile")
-        b_tile = w.alloc(MemRefType([bn, row_length], element, "shared"), "b_tile")
+        a_tile = w.alloc(MemRefType(a_layout.shape, element, "shared"), "a_tile")
+        b_tile = w.alloc(MemRefType(b_layout.shape, element, "shared"), "b_tile")
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
 
         def output_tile(ms, local_row: Value, ns, local_col: Value) -> None:
@@ -194,12 +232,11 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
                     v = im.add(v, im.mul(position, im.const(by_position)))
                 return v
 
-            def stage(tile: Value, operand: Value, is_rhs: bool, k0: Value, ks) -> None:
+            def stage(tile: Value, layout: TileLayout, operand: Value, is_rhs: bool, k0: Value, ks) -> None:
                 # The block's BK-deep slice of an operand, spread over the threads
-                # in the operand's memory order (coalesced), stored k-contiguous.
-                transposed = problem.op.attr("transpose_b" if is_rhs else "transpose_a")
+                # in the operand's memory order (coalesced), stored in that order too.
                 extent, span, origin = (bn, ns, col0) if is_rhs else (bm, ms, row0)
-                k_fastest = transposed == is_rhs
+                k_fastest = layout.k_contiguous
                 for point, inside in w.cooperative(t, tiles.threads, [extent, bk] if k_fastest else [bk, extent]):
                     r, c = point if k_fastest else point[::-1]
                     row, k = im.add(origin, r), im.add(k0, c)
@@ -209,12 +246,12 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
                     widened = value.defining_op
                     if isinstance(widened, arith.CastOp) and widened.input.type is element:
                         value = widened.input  # an f16/bf16 element goes to the tile as loaded, not through f32 and back
-                    w.store(value, tile, [r, c], inside)
+                    w.store(value, tile, layout.index(r, c), inside)
 
             def k_slice(kk: Value, *acc: Value) -> list[Value]:
-                a = [[w.load(a_tile, [at(rc[0], im.add(warp_row, im.const(i * f.m))), at(rc[1], kk)]) for rc in a_at] for i in range(fm)]
-                # B's fragment rows are k, its columns n: the tile is n-major
-                b = [[w.load(b_tile, [at(rc[1], im.add(warp_col, im.const(j * f.n))), at(rc[0], kk)]) for rc in b_at] for j in range(fn)]
+                a = [[w.load(a_tile, a_layout.index(at(rc[0], im.add(warp_row, im.const(i * f.m))), at(rc[1], kk))) for rc in a_at] for i in range(fm)]
+                # B's fragment rows are k, its columns n
+                b = [[w.load(b_tile, b_layout.index(at(rc[1], im.add(warp_col, im.const(j * f.n))), at(rc[0], kk))) for rc in b_at] for j in range(fn)]
                 out: list[Value] = []
                 for i in range(fm):
                     for j in range(fn):
@@ -224,8 +261,8 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
                 return out
 
             def k_step(ks, k0: Value, *acc: Value) -> list[Value]:
-                stage(a_tile, problem.lhs, False, k0, ks)
-                stage(b_tile, problem.rhs, True, k0, ks)
+                stage(a_tile, a_layout, problem.lhs, False, k0, ks)
+                stage(b_tile, b_layout, problem.rhs, True, k0, ks)
                 return w.named_loop(w.for_(0, bk, f.k, k_slice, acc, "kk", unroll=bk // f.k), "acc")
 
             acc = [w.s.const(0, f32)] * (fm * fn * f.c_count)
@@ -245,4 +282,4 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
     return LoweredGroup([Launch(w.finish(), w.arg_refs)])
 
 
-__all__ = ["ALLOW_TF32", "MMA_TILES", "MmaTiles", "choose_mma_tiles", "lower_matmul_mma", "mma_kind", "mma_resources"]
+__all__ = ["ALLOW_TF32", "MMA_TILES", "MmaTiles", "TileLayout", "choose_mma_tiles", "lower_matmul_mma", "mma_kind", "mma_resources"]
