@@ -532,6 +532,7 @@ class ScheduleOp(Operation):
         AttrDef("inputs", STRING_ARRAY, REQUIRED, doc="names of the leading arguments"),
         AttrDef("outputs", STRING_ARRAY, REQUIRED, doc="names of the trailing arguments"),
         AttrDef("arg_sizes", ANY, None, doc="per argument, the size of each '?' axis: a dim name (inputs) or an expression of the dims"),
+        AttrDef("dim_checks", ANY, None, doc="[lhs, rhs, where, what]: dims that must be equal at run time (shape inference could not tell)"),
     )
     region_count = 1
 
@@ -601,6 +602,11 @@ class ScheduleOp(Operation):
             if entry is None or len(entry) != len(arg.type.dynamic_axes):
                 raise VerifyError(f"'arg_sizes' entry {i} must list one size per '?' of {arg.type}")
         defined = self.dim_sources()
+        checks = self.attributes.get("dim_checks")
+        for entry in checks.elements if isinstance(checks, A.ArrayAttr) else ():
+            if not isinstance(entry, A.ArrayAttr) or len(entry.elements) != 4 or not all(isinstance(e, A.StringAttr) for e in entry.elements):
+                raise VerifyError("'dim_checks' entries are [lhs, rhs, where, what], all strings")
+            sizes = sizes + [[entry.elements[0].value, entry.elements[1].value]]
         for entry in sizes:
             for size in entry:
                 missing = [n for n in expect_expr(size, "arg_sizes").names if n not in defined]
@@ -642,12 +648,20 @@ class DimBinding:
                 elif sources.get(expected[axis]) != (i, axis):
                     self.checks.append((i, axis, parse_shape_expr(expected[axis]), expected[axis]))
         self.sources = sources
+        found = schedule.attributes.get("dim_checks")
+        self.dim_checks = []  # (lhs, rhs, where, what)
+        for entry in found.elements if isinstance(found, A.ArrayAttr) else ():
+            lhs, rhs, where, what = (e.value for e in entry.elements)
+            self.dim_checks.append((parse_shape_expr(lhs), parse_shape_expr(rhs), where, what))
 
     def bind(self, input_shapes) -> dict[str, int]:
         for i, (t, shape) in enumerate(zip(self.types, input_shapes)):
             if len(shape) != t.rank:
                 raise ShapeMismatch(f"input {self.input_names[i]} has shape {list(shape)}, expected rank {t.rank} ({t})")
         dims = {name: int(input_shapes[i][axis]) for name, i, axis in self.defines}
+        for name, i, axis in self.defines:
+            if dims[name] == 0:
+                raise ShapeMismatch(f"input {self.input_names[i]} axis {axis} is 0, but a dynamic dim ('{name}') must be at least 1 (docs/dynamic-shapes.md)")
         for i, axis, want, text in self.checks:
             got = input_shapes[i][axis]
             if text is None:
@@ -659,6 +673,10 @@ class DimBinding:
                 origin = self.sources.get(text)
                 where = f" (from input {self.input_names[origin[0]]} axis {origin[1]})" if origin else ""
                 raise ShapeMismatch(f"input {self.input_names[i]} axis {axis} has size {got}, but {text} = {value}{where}")
+        for lhs, rhs, where, what in self.dim_checks:
+            if lhs.evaluate(dims) != rhs.evaluate(dims):
+                sizes = ", ".join(f"{n} = {dims[n]}" for n in sorted(set(lhs.names) | set(rhs.names)))
+                raise ShapeMismatch(f"{where}: {what}, which fails at run time with {sizes}")
         return dims
 
 

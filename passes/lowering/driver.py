@@ -162,6 +162,9 @@ class FunctionLowering:
         body = self.func.body
         if self.dynamic:
             dynamic_loops.check_supported(self.func, self.hw)
+            checks = dynamic_loops.runtime_checks(self.func)
+            if checks:
+                self.schedule.attributes["dim_checks"] = A.from_python(checks)
         for op in reversed(list(body)):
             # Nothing reads it: no kernel (all tensor ops and groups are pure).
             if op.results and not any(r.has_uses() for r in op.results) and not isinstance(op, F.CallOp):

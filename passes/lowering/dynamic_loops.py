@@ -70,6 +70,20 @@ def check_supported(func: Operation, hw) -> None:
             )
 
 
+def runtime_checks(func: Operation) -> list[list[str]]:
+    """The function's runtime dim checks (compiler/dims.py: what shape
+    inference could not decide, say B == S for an add), as the schedule's
+    `dim_checks`: [lhs, rhs, where, what] with lhs and rhs shape expressions."""
+    from fusecc.compiler.dims import runtime_checks as tensor_checks
+
+    out = []
+    for check in tensor_checks(func):
+        loc = check.location
+        where = f"{loc.file}:{loc.line}:{loc.col}" if hasattr(loc, "line") else str(loc)
+        out.append([from_sympy(check.lhs), from_sympy(check.rhs), where, f"'{check.op_name}' op {check.message} ({check.lhs} == {check.rhs})"])
+    return out
+
+
 def not_supported(group: GroupOp, reason: Exception):
     """The located error for a group a template could not lower with `?`
     sizes (a size it must compare at compile time, say)."""
@@ -109,5 +123,5 @@ def erase_dims(schedule: loop.ScheduleOp, kernels) -> None:
                 _erase(result)
 
 
-__all__ = ["SUPPORTED", "check_supported", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
+__all__ = ["SUPPORTED", "check_supported", "runtime_checks", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
 

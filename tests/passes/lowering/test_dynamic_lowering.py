@@ -145,3 +145,22 @@ def test_an_encoder_block_compiles_once_and_runs_at_every_batch_and_sequence_len
     assert program.stats.compilations == 1
     # matmuls (QKV merged), attention, layernorms: every kernel reads its sizes
     assert {"matmul", "attention", "reduction"} <= {k.split("_")[-1] for k in program.kernels}
+
+
+def test_dims_only_the_run_can_compare_are_checked_once_per_call_at_the_op(tmp_path):
+    path = tmp_path / "add.ir"
+    path.write_text(
+        """func.func @main(%x: tensor<?xf32>, %y: tensor<?xf32>) -> tensor<?xf32> attributes {fusecc.dims = [["B"], ["S"]]} {
+  %0 = tensor.add %x, %y : (tensor<?xf32>, tensor<?xf32>) -> tensor<?xf32>
+  %1 = tensor.exp %0 : (tensor<?xf32>) -> tensor<?xf32>
+  func.return %1 : tensor<?xf32>
+}
+"""
+    )
+    program = fusecc.compile(str(path), target="cpu")
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_allclose(program(x=x, y=x)["result0"], np.exp(x + x), rtol=1e-6)
+    message = r"add.ir:2:3: 'tensor.add' op broadcast dims of axis 0 must be equal \(B == S\), which fails at run time with B = 5, S = 3"
+    with pytest.raises(fusecc.InputError, match=message):
+        program(x=x, y=x[:3])
+    assert program.stats.compilations == 1

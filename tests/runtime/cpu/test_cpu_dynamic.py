@@ -212,3 +212,26 @@ def test_a_kernel_with_dynamic_buffers_can_be_launched_directly(softmax_program,
     program.launch("double_middle", [x, out])
     np.testing.assert_array_equal(out, 2 * x)
     assert program.kernels["double_middle"].abi.worker_extent.text == "(a0_0 * 5)"
+
+
+def test_a_dim_of_size_zero_is_refused(add_bias):
+    module, program = add_bias
+    with pytest.raises(InterpreterError, match=r"input x axis 0 is 0, but a dynamic dim \('R'\) must be at least 1"):
+        program.run([np.zeros((0, 3), np.float32), np.zeros(3, np.float32)])
+
+
+def test_schedule_dim_checks_run_in_both_runtimes():
+    module = parse_module(
+        ADD_BIAS.replace(
+            'arg_sizes = [["R", "C"], ["C"], ["R", "C"]]',
+            'arg_sizes = [["R", "C"], ["C"], ["R", "C"]], dim_checks = [["R", "C", "model.ir:3:5", "\'tensor.add\' op rows must equal columns (R == C)"]]',
+        )
+    )
+    verify(module)
+    square = np.ones((4, 4), np.float32), np.ones(4, np.float32)
+    (out,) = CompiledProgram(module).run(list(square))
+    np.testing.assert_array_equal(out, 3 * np.ones((4, 4), np.float32))
+    message = r"model.ir:3:5: 'tensor.add' op rows must equal columns \(R == C\), which fails at run time with C = 4, R = 2"
+    for run in (lambda xs: CompiledProgram(module).run(xs), lambda xs: run_schedule(module, "main", xs)):
+        with pytest.raises(InterpreterError, match=message):
+            run([np.ones((2, 4), np.float32), np.ones(4, np.float32)])
