@@ -251,7 +251,7 @@ def _compile_graph(graph_module, frozen_constants: dict[str, "_FrozenValue"], de
     """A callable running the graph on fusecc, or None (the reason appended to `problems`)."""
     from fusecc.compiler.diagnostics import DiagnosticError, UsageError
     from fusecc.driver.program import Program
-    from fusecc.frontends.torch import Unsupported, import_graph
+    from fusecc.frontends.torch import Unsupported, import_graph, is_size_input
 
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     constants = {n.name: frozen_constants[n.name] for n in placeholders if n.name in frozen_constants}
@@ -270,7 +270,7 @@ def _compile_graph(graph_module, frozen_constants: dict[str, "_FrozenValue"], de
         return None
     _record.kernels += len(program.kernels)
     _record.frozen += len(constants)
-    kept = [i for i, n in enumerate(placeholders) if n.name not in constants]
+    kept = [i for i, n in enumerate(placeholders) if n.name not in constants and not is_size_input(n)]  # sizes: bound from the shapes
     positions = {n.name: i for i, n in enumerate(placeholders) if n.name in constants}
     guard = _FreezeGuard(positions, {name: value.stamp for name, value in constants.items()}, build) if constants else None
     return _runner(program, devices, kept, _result_dtypes(graph_module), guard)

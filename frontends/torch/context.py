@@ -87,16 +87,30 @@ def fake_value(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
 
-def static_shape(val, what: str) -> tuple[int, ...]:
-    """Concrete dims, or a plain refusal: symbolic dims (torch's SymInt)
-    would map to the IR's dynamic dims, which fusecc does not have yet."""
-    dims = []
-    for d in val.shape:
-        if not isinstance(d, int):
-            raise Unsupported("symbolic shape", f"{what} has a symbolic dim ({d}); fusecc compiles static shapes only "
-                              "(dynamic dims are not implemented yet); use torch.compile(..., dynamic=False)")
-        dims.append(d)
-    return tuple(dims)
+def dim_of(d, what: str):
+    """A torch size as an IR dim: an int, or for a symbolic size (Dynamo's
+    SymInt: `s0`, `s0*128`) the sympy expression over fusecc's dim symbols
+    of the same names (compiler/dims.py). Sizes that come from data
+    (unbacked, `u0`) are refused."""
+    if not isinstance(d, torch.SymInt):
+        return int(d)
+    expr = d.node.expr
+    symbols = expr.free_symbols
+    if not all(s.name.startswith("s") for s in symbols):
+        raise Unsupported("symbolic shape", f"{what} has a size that depends on the data ({d})")
+    from fusecc.compiler.dims import dim_symbol, normalize_dim
+
+    return normalize_dim(expr.xreplace({s: dim_symbol(s.name) for s in symbols}))
+
+
+def shape_dims(val, what: str) -> tuple:
+    """The dims of a FakeTensor: ints, and sympy expressions for Dynamo's symbolic sizes."""
+    return tuple(dim_of(d, what) for d in val.shape)
+
+
+def is_symbolic(entry) -> bool:
+    """A size only the run knows (what a SymInt node stands for in the graph)."""
+    return hasattr(entry, "free_symbols") and not isinstance(entry, (Value, np.ndarray))
 
 
 Entry = np.ndarray | Value
@@ -124,7 +138,12 @@ class TranslationContext:
         val = fake_value(self.node)
         if index is not None:
             val = val[index]
-        return TensorType(static_shape(val, f"the result of {op_name(self.node)}"), element_of_dtype(val.dtype, "its result"))
+        return TensorType(shape_dims(val, f"the result of {op_name(self.node)}"), element_of_dtype(val.dtype, "its result"))
+
+    def result_is_static(self) -> bool:
+        val = fake_value(self.node)
+        vals = val if isinstance(val, (tuple, list)) else [val]
+        return all(not isinstance(v, torch.Tensor) or all(isinstance(d, int) for d in v.shape) for v in vals)
 
     # --- values -------------------------------------------------------------------------
     def value(self, entry, like: ScalarType | None = None) -> Value:
@@ -190,4 +209,4 @@ def check_fold_size(shape, itemsize: int) -> None:
 
 
 __all__ = ["TranslationContext", "array_tensor", "Unsupported", "element_of", "element_of_dtype", "fake_value", "op_name", "shape_of", "source_location",
-           "static_shape", "TORCH_ELEMENT_TYPES"]
+           "dim_of", "is_symbolic", "shape_dims", "TORCH_ELEMENT_TYPES"]

@@ -34,8 +34,12 @@ from fusecc.frontends.torch.context import (
     fake_value,
     op_name,
     source_location,
-    static_shape,
+    dim_of,
+    is_symbolic,
+    shape_dims,
 )
+from fusecc.compiler.dim_binding import DIMS_ATTR
+from fusecc.compiler.dims import dims_equal
 from fusecc.frontends.torch.partition import constant_nodes
 from fusecc.frontends.torch.table import handler_for
 
@@ -51,17 +55,31 @@ class ImportedGraph:
     output_names: list[str]
     # Nodes folded at import time (their op need not be in the table).
     folded: list[str] = field(default_factory=list)
+    # The placeholders that are the function's arguments, in order (not the
+    # frozen ones, not the symbolic sizes: the run binds those from the shapes).
+    arguments: list[str] = field(default_factory=list)
 
 
 def input_problems(graph: torch.fx.Graph) -> list[Unsupported]:
-    """The first input that is no static tensor (a symbolic size, a symbolic dim)."""
+    """The first input fusecc cannot take: neither a tensor nor a symbolic
+    size, or a tensor whose symbolic dims are not plain names."""
     for node in graph.nodes:
-        if node.op == "placeholder":
+        if node.op == "placeholder" and not is_size_input(node):
             try:
                 placeholder_type(node)
             except Unsupported as problem:
                 return [problem]
     return []
+
+
+def is_size_input(node) -> bool:
+    """A placeholder for a symbolic size (Dynamo passes `s0` beside the tensors it sizes)."""
+    return isinstance(fake_value(node), torch.SymInt)
+
+
+def is_size_node(node) -> bool:
+    """A node computing a size (sym_size, s0 * 128): an expression, no op."""
+    return isinstance(fake_value(node), (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def unsupported_nodes(graph: torch.fx.Graph, constants=()) -> list[Unsupported]:
@@ -76,7 +94,7 @@ def unsupported_nodes(graph: torch.fx.Graph, constants=()) -> list[Unsupported]:
     found: dict[str, Unsupported] = {}
     known = constant_nodes(graph, constants)
     for node in graph.nodes:
-        if node.op != "call_function" or node in known:
+        if node.op != "call_function" or node in known or is_size_node(node):
             continue
         name = op_name(node)
         if node.target is not operator.getitem and handler_for(name) is None and name not in found:
@@ -106,12 +124,15 @@ def _import_graph(graph_module, input_names, constants, constant_names) -> Impor
     graph = graph_module.graph
     constants = constants or {}
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    arguments = [n for n in placeholders if n.name not in constants]
+    arguments = [n for n in placeholders if n.name not in constants and not is_size_input(n)]
     names = input_names or [n.name for n in arguments]
     types = [placeholder_type(n) for n in arguments]
     func = FuncOp.build("main", FunctionType(types, []), ssa_names(names), location=NameLoc("forward"))
     cx = TranslationContext(Builder(InsertionPoint.at_end(func.body)))
     env: dict[torch.fx.Node, object] = dict(zip(arguments, func.body.args))
+    for node in placeholders:
+        if is_size_input(node):
+            env[node] = dim_of(fake_value(node), f"input '{node.name}'")
     renamed = [(constant_names or {}).get(name, name) for name in constants]
     ssa = dict(zip(constants, ssa_names(renamed)))
     for node in placeholders:
@@ -119,7 +140,7 @@ def _import_graph(graph_module, input_names, constants, constant_names) -> Impor
             array = np.asarray(constants[node.name])
             env[node] = array
             cx.constant_names[id(array)] = ssa[node.name]
-    imported = ImportedGraph(func, list(names), [])
+    imported = ImportedGraph(func, list(names), [], arguments=[n.name for n in arguments])
     folder = Folder(graph, env, constants)
     results = []
     for node in graph.nodes:
@@ -146,6 +167,8 @@ def _import_graph(graph_module, input_names, constants, constant_names) -> Impor
     func.attributes["function_type"] = A.TypeAttr(FunctionType(types, [r.type for r in results]))
     func.attributes[INPUT_NAMES_ATTR] = A.from_python(list(names))
     func.attributes[OUTPUT_NAMES_ATTR] = A.from_python(imported.output_names)
+    if any(not t.is_static for t in types):
+        func.attributes[DIMS_ATTR] = A.from_python([[d.name for d in t.shape if type(d) is not int] for t in types])
     module = ModuleOp.build([func])
     verify(module)
     imported.module = module
@@ -177,6 +200,8 @@ class Folder:
 
 
 def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGraph, folder: Folder):
+    if is_size_node(node):
+        return dim_of(fake_value(node), op_name(node)) if isinstance(fake_value(node), torch.SymInt) else fake_value(node)
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
     if node.target is operator.getitem:
         sequence, index = args
@@ -188,7 +213,8 @@ def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGr
     name = op_name(node)
     flat = list(args) + list(kwargs.values())
     flat = [x for a in flat for x in (a if isinstance(a, (list, tuple)) else [a])]
-    if not any(isinstance(x, Value) for x in flat) and not any(id(x) in cx.constant_names for x in flat):
+    symbolic = any(is_symbolic(x) for x in flat) or not cx.result_is_static()
+    if not symbolic and not any(isinstance(x, Value) for x in flat) and not any(id(x) in cx.constant_names for x in flat):
         imported.folded.append(name)
         return fold(node, args, kwargs)
     handler = handler_for(name)
@@ -197,7 +223,13 @@ def translate_node(cx: TranslationContext, node, env: dict, imported: ImportedGr
         return folder.value(node)
     if handler is None:
         raise cx.unsupported("no translation to the tensor dialect")
-    result = handler(cx, args, kwargs)
+    if not symbolic:
+        result = handler(cx, args, kwargs)
+    else:
+        try:
+            result = handler(cx, args, kwargs)
+        except (TypeError, ValueError) as exc:  # a translation doing arithmetic that needs the sizes
+            raise cx.unsupported(f"its translation needs sizes known at compile time ({type(exc).__name__}: {exc})") from None
     check_result(node, result)
     return result
 
@@ -216,7 +248,7 @@ def fold(node, args, kwargs):
     args, kwargs = torch.utils._pytree.tree_map(to_torch, (args, kwargs))
     val = fake_value(node)
     if isinstance(val, torch.Tensor):
-        check_fold_size(static_shape(val, f"the result of {op_name(node)}"), val.element_size())
+        check_fold_size(shape_dims(val, f"the result of {op_name(node)}"), val.element_size())
     with torch.no_grad():
         out = node.target(*args, **kwargs)
     return torch.utils._pytree.tree_map(lambda t: tensor_array(t, op_name(node)) if isinstance(t, torch.Tensor) else t, out)
@@ -229,20 +261,25 @@ def check_result(node, result) -> None:
     for entry, expected in pairs:
         if not isinstance(entry, Value) or not isinstance(expected, torch.Tensor):
             continue
-        want = TensorType(static_shape(expected, op_name(node)), element_of_dtype(expected.dtype))
-        if entry.type != want:
+        want = TensorType(shape_dims(expected, op_name(node)), element_of_dtype(expected.dtype))
+        if entry.type != want and not (entry.type.element_type is want.element_type and entry.type.rank == want.rank
+                                       and all(dims_equal(a, b) is not False for a, b in zip(entry.type.shape, want.shape))):
             raise InternalCompilerError(
                 "the torch front end", AssertionError(f"{op_name(node)} at {source_location(node)} translated to {entry.type}, torch says {want}"))
 
 
 def placeholder_type(node) -> TensorType:
+    """The argument's type; a symbolic dim must be a plain size (`s0`), which
+    names the dim in `fusecc.dims` (the run binds it from the tensor's shape)."""
     val = fake_value(node)
-    if isinstance(val, torch.SymInt):
-        raise Unsupported("symbolic shape", f"input '{node.name}' is a symbolic size ({val}); fusecc compiles static shapes only "
-                          "(dynamic dims are not implemented yet); use torch.compile(..., dynamic=False)", source_location(node))
     if not isinstance(val, torch.Tensor):
         raise Unsupported("input", f"input '{node.name}' is a {type(val).__name__}, not a tensor", source_location(node))
-    return TensorType(static_shape(val, f"input '{node.name}'"), element_of_dtype(val.dtype, f"input '{node.name}'"))
+    dims = shape_dims(val, f"input '{node.name}'")
+    for axis, d in enumerate(dims):
+        if type(d) is not int and not d.is_Symbol:
+            raise Unsupported("symbolic shape", f"input '{node.name}' axis {axis} has size {d}, an expression: fusecc binds "
+                              "an input's dynamic dims by name only", source_location(node))
+    return TensorType(dims, element_of_dtype(val.dtype, f"input '{node.name}'"))
 
 
 def tensor_array(t: torch.Tensor, what: str) -> np.ndarray:

@@ -55,13 +55,23 @@ def translate_expand(cx, args, kwargs):
     return cx.emit(T.BroadcastToOp, [x], result_type=x.type.with_shape(tuple(shape)))
 
 
+TO_THE_END = (1 << 63) - 1  # torch's x[a:] says stop = INT64_MAX; tensor.slice clamps as Python does
+
+
 def sliced(cx, x, axis, start, stop, step):
+    """x[start:stop:step] on `axis`; an axis of `?` size takes the bounds as
+    they are (tensor.slice normalises them like Python's slice.indices at run time)."""
     shape = shape_of(x)
-    start_, stop_, step_ = slice(start, stop, step).indices(shape[axis])
-    if (start_, stop_, step_) == (0, shape[axis], 1):
-        return cx.value(x)
-    starts, stops, steps = [0] * len(shape), list(shape), [1] * len(shape)
-    starts[axis], stops[axis], steps[axis] = start_, stop_, step_
+    if type(shape[axis]) is int:
+        start, stop, step = slice(start, stop, step).indices(shape[axis])
+        if (start, stop, step) == (0, shape[axis], 1):
+            return cx.value(x)
+    else:
+        start, stop, step = start or 0, TO_THE_END if stop is None else stop, step or 1
+        if any(type(b) is not int for b in (start, stop, step)):
+            raise cx.unsupported("slice bounds that are symbolic sizes")
+    starts, stops, steps = [0] * len(shape), [d if type(d) is int else TO_THE_END for d in shape], [1] * len(shape)
+    starts[axis], stops[axis], steps[axis] = start, stop, step
     return cx.emit(T.SliceOp, [x], {"start": starts, "stop": stops, "step": steps})
 
 

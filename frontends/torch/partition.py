@@ -36,8 +36,8 @@ class Translatable(OperatorSupportBase):
     def is_node_supported(self, submodules, node) -> bool:
         if node.op != "call_function":
             return False
-        if node in self.known:
-            return True
+        if node in self.known or isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True  # folded, or a size: an expression, no op
         if node.target is operator.getitem:  # an element of a supported node's tuple
             source = node.args[0]
             return isinstance(source, torch.fx.Node) and self.is_node_supported(submodules, source)

@@ -126,17 +126,52 @@ def test_a_graph_break_gives_two_graphs_each_compiled():
     assert_compiled_whole(2)
 
 
-def test_symbolic_shapes_run_in_eager_plainly():
-    """fusecc has no dynamic dims yet: a graph Dynamo traces with symbolic sizes is not compiled."""
+def test_symbolic_shapes_become_dynamic_dims_one_compilation_for_every_batch():
+    """dynamic=True: Dynamo's symbolic sizes (s0) are the IR's `?` dims named
+    in fusecc.dims; one program runs at every batch size."""
     model = MLP().eval()
     with torch.no_grad():
         compiled = torch.compile(model, backend="fusecc", dynamic=True)
-        for batch in (3, 5):
+        for batch in (3, 5, 8):
             x = torch.randn(batch, 32)
             torch.testing.assert_close(compiled(x), model(x), rtol=RTOL, atol=ATOL)
-    report = fusecc.torch.explain()
-    assert fusecc.torch.stats()["whole"] == 0 and fusecc.torch.stats()["islands"] == 0
-    assert "symbolic shape: " in report and "static shapes only" in report
+    assert_compiled_whole(1)
+
+
+class CausalSelfAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(32, 96)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, 32)
+
+
+def test_a_second_sequence_length_recompiles_once_with_dynamic_dims():
+    """Dynamo's automatic dynamic shapes: the first call is static, a new
+    length makes a graph with symbolic sizes, compiled once for all lengths."""
+    model = CausalSelfAttention().eval()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="fusecc")
+        for seq in (4, 7, 12, 5):
+            x = torch.randn(2, seq, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=RTOL, atol=ATOL)
+    assert_compiled_whole(2)
+
+
+def test_what_dynamic_dims_cannot_do_yet_runs_in_eager_with_the_reason():
+    """A q @ kᵀ matmul whose right operand has a `?` dim is not supported by
+    the CPU target yet (docs/dynamic-shapes.md): the graph runs in eager."""
+    model = EncoderLayer().eval()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="fusecc", dynamic=True)
+        for seq in (3, 6):
+            x, mask = torch.randn(2, seq, 64), torch.ones(2, seq)
+            torch.testing.assert_close(compiled(x, mask), model(x, mask), rtol=RTOL, atol=ATOL)
+    assert fusecc.torch.stats()["whole"] == 0
+    assert "with '?' dims is not supported yet on the CPU" in fusecc.torch.explain()
 
 
 def test_inputs_cross_without_copies():
