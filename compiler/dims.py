@@ -78,7 +78,7 @@ def dims_equal(a, b) -> bool | None:
     difference = sympy().expand(a - b)
     if difference == 0:
         return True
-    if difference.is_number:
+    if difference.is_number or difference.is_zero is False:  # N vs 2*N: never equal for N >= 1
         return False
     return None
 

@@ -29,7 +29,7 @@ import lark
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import FileLineColLoc
-from fusecc.compiler.ir import Block, Operation, Region, lookup_op_class
+from fusecc.compiler.ir import Block, Operation, Region, VerifyError, lookup_op_class
 from fusecc.compiler.literals import LiteralReader, _attribute_dicts
 from fusecc.compiler.syntax import OpSyntax, lark_parser, set_grammar_store, syntax_error, token_piece
 from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, bind_named_results, has_unbound, refine_results, type_compatible
@@ -182,7 +182,11 @@ class _IRBuilder(LiteralReader):
                 for arg in item[2]:
                     self.define_block_arg(block, scope, arg)
                 if bind_args and len(blocks) == 1:
-                    for value, known in zip(block.args, bind_args.region_argument_types()):
+                    try:
+                        known_types = bind_args.region_argument_types()
+                    except VerifyError as exc:
+                        raise self.fail(item[1], f"'{bind_args.name}' op {exc}") from None
+                    for value, known in zip(block.args, known_types):
                         if has_unbound(value.type) and type_compatible(known, value.type):
                             value.type = known
                 continue
@@ -227,7 +231,7 @@ class _IRBuilder(LiteralReader):
         result_names = self.result_names(syntax.results)
         if declared_results is not None:
             result_types = declared_results
-            if DIMS_ATTR in attrs:
+            if DIMS_ATTR in attrs and declared_results:
                 try:
                     result_types = bind_named_results(declared_results, attrs[DIMS_ATTR])
                 except ValueError as exc:
@@ -251,7 +255,7 @@ class _IRBuilder(LiteralReader):
             region = Region()
             self.fill_region(region, region_syntax, _Scope(scope, isolated), bind_args=getattr(op_class, "region_argument_types", None) and op)
             op.add_region(region)
-        if syntax.regions and any(has_unbound(t) for t in op.result_types) and hasattr(op_class, "bind_results_from_regions"):
+        if syntax.regions and hasattr(op_class, "bind_results_from_regions"):
             op.bind_results_from_regions()
         for (hint, token), result in zip(result_names, op.results):
             result.name_hint = hint

@@ -19,7 +19,7 @@ from fusecc.compiler.ir import (
     register_op,
 )
 from fusecc.compiler.traits import IsolatedFromAbove, Symbol, Terminator
-from fusecc.compiler.dim_binding import same_spelling, type_compatible
+from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, has_unbound, same_spelling, type_compatible
 from fusecc.compiler.types import FunctionType
 
 
@@ -55,6 +55,26 @@ class FuncOp(Operation):
     @property
     def arguments(self):
         return self.body.args
+
+    def region_argument_types(self) -> list:
+        """The generic form's block arguments, their `?` dims bound as the
+        custom form binds them (compiler/dim_binding.py)."""
+        try:
+            return bind_arguments(self.function_type.inputs, self.attributes.get(DIMS_ATTR))
+        except ValueError as exc:
+            raise VerifyError(str(exc)) from None
+
+    def bind_results_from_regions(self) -> None:
+        """The function type of the generic form follows its bound arguments and returns."""
+        ftype = self.function_type
+        if not isinstance(ftype, FunctionType) or not has_unbound(ftype) or not self.regions[0].blocks:
+            return
+        inputs = [a.type for a in self.body.args] if len(self.body.args) == len(ftype.inputs) else ftype.inputs
+        last = self.body.last_op
+        results = ftype.results
+        if last is not None and last.name == "func.return" and len(last.operands) == len(results):
+            results = [v.type if type_compatible(v.type, want) else want for v, want in zip(last.operands, results)]
+        self.attributes["function_type"] = A.TypeAttr(FunctionType(inputs, results))
 
     def verify_(self) -> None:
         function_type = self.function_type
