@@ -238,7 +238,7 @@ BOUND_ARRAY = AttrKind(
 
 @register_op
 class SliceOp(TensorOp):
-    """x[start:stop:step] on each axis (Python's clamping; `step` defaults to 1, may be negative)."""
+    """x[start:stop:step] on each axis (Python's clamping; `step` defaults to 1, may be negative; a stop may name a `?` dim, e.g. `"S"`)."""
 
     name = "tensor.slice"
     traits = frozenset({Pure, Injective})
