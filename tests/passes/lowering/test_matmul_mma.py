@@ -248,3 +248,33 @@ def test_nvrtc_compiles_every_tile_without_spills(kind, arch):
         (matmul,) = [u for name, u in usage.items() if "matmul" in name]
         assert not matmul.spills, (tiles, matmul)
         assert matmul.registers <= 255
+
+
+# --------------------------------------------------------------------------- shared-memory banks (offline counters)
+
+
+@pytest.mark.parametrize(
+    "kind, transpose_a, transpose_b, m, n",
+    [("f16", False, False, 256, 512), ("bf16", True, False, 256, 512), ("f16", False, True, 256, 512), ("tf32", False, False, 256, 512), ("f16", False, False, 2048, 2048)],
+)
+def test_staging_and_fragment_reads_are_free_of_bank_conflicts(kind, transpose_a, transpose_b, m, n, cuda_cache_dir):
+    # both tile layouts (k contiguous, k-major) and every tile size: 1.0 ways
+    # over the whole kernel (global loads, shared stores, fragment reads)
+    from fusecc.driver.cuda_level import build_manifest
+    from fusecc.driver.cuda_target import lower_to_cuda
+    from fusecc.runtime.cuda.counters import kernel_counters
+
+    t = ELEMENT[kind]
+    a = f"tensor<128x{m}x{t}>" if transpose_a else f"tensor<{m}x128x{t}>"
+    b = f"tensor<{n}x128x{t}>" if transpose_b else f"tensor<128x{n}x{t}>"
+    attrs = ", ".join(x for x, on in (("transpose_a = true", transpose_a), ("transpose_b = true", transpose_b)) if on)
+    text = (f"func.func @main(%a: {a}, %b: {b}) -> tensor<{m}x{n}x{t}> {{\n"
+            f"  %0 = tensor.matmul %a, %b{' {' + attrs + '}' if attrs else ''} : ({a}, {b}) -> tensor<{m}x{n}x{t}>\n"
+            f"  func.return %0 : tensor<{m}x{n}x{t}>\n}}\n")
+    module = parsed(text)
+    cuda = lower_to_cuda(module, "sm_90", context(True))
+    assert f"fusecc_mma_{kind}(" in cuda.text
+    manifest = build_manifest(module, cuda, "kernels.cu", "sm_90", "main")
+    (row,) = kernel_counters(cuda, manifest, inputs_for(parsed(text)), H200, cache_dir=cuda_cache_dir)
+    assert row.shared_bank_conflict_ways == pytest.approx(1.0, abs=0.01)
+    assert row.spills in (0, None)
