@@ -69,13 +69,12 @@ def add_target_options(parser: argparse.ArgumentParser, where: str, targets: tup
 
 
 def _apply_shape_hints(text: str | None) -> None:
-    """--shape-hint holds for the whole command (compiler/dims.py)."""
-    if not text:
-        return
+    """--shape-hint holds for the whole command (compiler/dims.py); a command
+    without it sets none, so in-process callers start clean."""
     from fusecc.compiler.dims import parse_hints, set_shape_hints
 
     try:
-        set_shape_hints(parse_hints(text))
+        set_shape_hints(parse_hints(text or ""))
     except ValueError as exc:
         raise UsageError(f"--shape-hint: {exc}") from None
 
