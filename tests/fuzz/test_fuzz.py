@@ -18,7 +18,7 @@ from fusecc.tools.fuzz.__main__ import load_case, main, save_case
 from fusecc.tools.fuzz.generate import generate
 from fusecc.tools.fuzz.program import Function, Op, Program, Type, print_program
 from fusecc.tools.fuzz.reduce import reduce_case
-from fusecc.tools.fuzz.run import check_invalid_variant, run_case
+from fusecc.tools.fuzz.run import check_invalid_variant, run_case, source_path
 
 SLICE = range(0, 240)  # the CI slice: reference, CPU, CUDA C emitted
 HARNESS = range(0, 240, 40)  # and the CUDA C on the CPU harness for these
@@ -60,10 +60,49 @@ def test_generated_programs_verify_and_print_back():
     from fusecc.compiler.printer import print_op
 
     for seed in range(100):
-        text = print_program(generate(seed).program)
-        module = parse_module(text, "fuzz.ir")
-        verify(module)
-        assert parse_module(print_op(module)) is not None
+        program = generate(seed).program
+        with source_path(program) as source:  # beside its resource file when it has dense_resource constants
+            module = parse_module(print_program(program), source)
+            verify(module)
+            assert parse_module(print_op(module), source) is not None
+
+
+FEATURES_OF_CALLS_AND_CONSTANTS = ("pow:int", "dense_resource", "return:argument", "return:twice", "call:several-callees", "call:twice", "call:nested")
+
+
+def test_the_generator_covers_int_pow_resources_returned_arguments_and_calls():
+    # each feature in the first 400 seeds, and its first seed passes on the reference, the CPU and cuda-emit
+    first = {}
+    for seed in range(400):
+        for feature in generate(seed).features:
+            first.setdefault(feature, seed)
+    assert [f for f in FEATURES_OF_CALLS_AND_CONSTANTS if f not in first] == []
+    for feature in FEATURES_OF_CALLS_AND_CONSTANTS:
+        case = generate(first[feature])
+        outcome = run_case(case, ["reference", "cpu", "cuda-emit"])
+        assert outcome.failed() == [], (feature, case.seed, outcome.details)
+    text = print_program(generate(first["dense_resource"]).program)
+    assert text.startswith('module attributes {fusecc.resources = "fuzz-resources.npz"}') and "dense_resource<" in text
+    nested = generate(first["call:nested"]).program
+    assert any(op.kind == "call" for f in nested.functions[:-1] for op in f.ops)
+
+
+def test_a_saved_case_with_resources_runs_from_its_files(tmp_path):
+    # seed-N.ir names seed-N.resources.npz beside it: the reference reads the same constants the oracle used
+    from fusecc.runtime.reference import evaluate
+
+    case = next(c for c in map(generate, range(400)) if "dense_resource" in c.features)
+    save_case(case, None, tmp_path)
+    assert (tmp_path / f"seed-{case.seed}.resources.npz").exists()
+    path = tmp_path / f"seed-{case.seed}.ir"
+    module = parse_module(path.read_text(), str(path))
+    verify(module)
+    saved = np.load(tmp_path / f"seed-{case.seed}.npz")
+    got = evaluate(module, "main", [saved[name] for name, _ in case.program.main.args])
+    expected = oracle.evaluate(case.program, case.inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(e, np.float64), rtol=2e-2, atol=1e-3, equal_nan=True)
 
 
 def _single(kind: str, shapes_types: list[Type], attrs: dict, inputs: list) -> np.ndarray:
@@ -87,6 +126,9 @@ def test_the_oracle_follows_the_numerics_page():
     assert got.tolist() == [30, 10, 30, 20]
     # a negative step whose stop runs past index 0 takes the whole axis
     assert _single("slice", [f32(4)], {"start": [3], "stop": [-5], "step": [-1]}, [np.arange(4, dtype=np.float32)]).tolist() == [3, 2, 1, 0]
+    # integer pow wraps at the width; a negative exponent gives trunc(1 / a**-b)
+    got = _single("pow", [i32(5), i32(5)], {}, [np.array([3, 2, -1, 1, 5], np.int32), np.array([2, 31, -3, -7, -1], np.int32)])
+    assert got.tolist() == [9, -(2**31), -1, 1, 0]
     # bf16 storage rounds each op's result: (x + 2^-9) - x is 0 for x = 1
     bf = Type((1,), "bf16")
     add = _single("add", [bf, bf], {}, [[1.0], [2.0**-9]])

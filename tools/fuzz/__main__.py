@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from fusecc.tools.fuzz.generate import Case, generate
-from fusecc.tools.fuzz.program import Program, print_program
+from fusecc.tools.fuzz.program import Program, print_program, resource_arrays
 from fusecc.tools.fuzz.run import TARGETS, Outcome, run_case
 
 
@@ -56,7 +56,10 @@ def save_case(case: Case, outcome: Outcome | None, folder: Path) -> Path:
         "outcome": None if outcome is None else {"classes": outcome.classes, "details": outcome.details},
     }
     stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
-    stem.with_suffix(".ir").write_text(print_program(case.program))
+    resources = resource_arrays(case.program)
+    stem.with_suffix(".ir").write_text(print_program(case.program, f"{stem.name}.resources.npz"))
+    if resources:  # the dense_resource constants' file the .ir names
+        np.savez(folder / f"{stem.name}.resources.npz", **resources)
     np.savez(stem.with_suffix(".npz"), **{name: x for (name, _), x in zip(case.program.main.args, case.inputs)})
     return stem.with_suffix(".json")
 

@@ -35,6 +35,7 @@ from fusecc.tools.fuzz.program import (
     Program,
     Type,
     broadcast,
+    infer_types,
     result_types,
 )
 
@@ -47,6 +48,7 @@ LARGE_DIMS = (1, 3, 16, 33, 64, 130)
 SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 0.0)
 UNARY_ANY_FLOAT = ("neg", "abs", "exp", "tanh", "erf", "relu", "sigmoid", "silu", "gelu")
 UNARY_DOMAIN = ("log", "sqrt", "rsqrt", "reciprocal")  # NaN/inf outside their domain: fine, compared too
+RESOURCE_FRACTION = 0.25  # of the constants drawn: dense_resource (docs/resources.md) instead of dense
 
 FAMILIES = {
     "unary": 14,
@@ -110,6 +112,8 @@ class _Builder:
         for name, t in zip(op.results, found):
             self.values.append((name, t))
         self.features.add(kind)
+        if kind == "pow" and found[0].dtype in INTS:
+            self.features.add("pow:int")
         return op.results
 
     def type_of(self, name: str) -> Type:
@@ -157,7 +161,12 @@ class _Builder:
         values = self.rng_values(t, special)
         if t.size == 0 or self.rng.random() < 0.4:  # a splat (an empty tensor has no other literal)
             values = np.full(t.shape, values.flat[0] if values.size else 0.0)
-        name = self.emit("constant", [], {"shape": list(t.shape), "dtype": t.dtype, "value": values.tolist()})[0]
+        attrs = {"shape": list(t.shape), "dtype": t.dtype, "value": values.tolist()}
+        if t.size and t.dtype != "bf16" and self.rng.random() < RESOURCE_FRACTION:
+            attrs["resource"] = True  # dense_resource<...> from a file beside the program (an npz has no bf16)
+        name = self.emit("constant", [], attrs)[0]
+        if attrs.get("resource"):
+            self.features.add("dense_resource")
         return name
 
     def rng_values(self, t: Type, special: bool) -> np.ndarray:
@@ -186,8 +195,11 @@ class Generator:
         large = rng.random() < 0.1
         b = _Builder(rng, float_type, empty, large)
         functions: list[Function] = []
+        self.functions = functions
         if rng.random() < 0.12:
             functions.append(self._callee(b, float_type))
+            if rng.random() < 0.5:  # a second callee, which calls the first
+                functions.append(self._nested_callee(functions[0]))
         b.arg(Type(b.shape(), float_type))
         attempts = 0
         while len(b.ops) < self.num_ops and attempts < self.num_ops * 20:
@@ -196,7 +208,7 @@ class Generator:
             if functions and rng.random() < 0.1:
                 family = "call"
             try:
-                getattr(self, f"_{family}")(b, functions[0] if family == "call" else None) if family == "call" else getattr(self, f"_{family}")(b)
+                getattr(self, f"_{family}")(b, rng.choice(functions)) if family == "call" else getattr(self, f"_{family}")(b)
             except Invalid:
                 continue
         if not b.ops:
@@ -206,8 +218,21 @@ class Generator:
             other = rng.choice([r for op in b.ops for r in op.results])
             if other not in results:
                 results.append(other)
+        if rng.random() < 0.06:  # an argument returned as it is
+            results.insert(rng.randrange(len(results) + 1), rng.choice(b.args)[0])
+            b.features.add("return:argument")
+        if rng.random() < 0.04:  # one value returned twice
+            results.append(rng.choice(results))
+            b.features.add("return:twice")
         main = Function("main", b.args, b.ops, results)
         program = Program([*functions, main])
+        calls = [op.attrs["callee"] for f in program.functions for op in f.ops if op.kind == "call"]
+        if len(set(calls)) > 1:
+            b.features.add("call:several-callees")
+        if any(calls.count(name) > 1 for name in set(calls)):
+            b.features.add("call:twice")
+        if any(op.kind == "call" for f in functions for op in f.ops):
+            b.features.add("call:nested")
         features = sorted(b.features) + [f"float:{float_type}"] + (["empty"] if empty else []) + (["specials"] if special else []) + (["large"] if large else [])
         inputs = make_inputs(program, np.random.default_rng(self.seed), special)
         return Case(self.seed, program, inputs, features)
@@ -222,15 +247,24 @@ class Generator:
         returns = [t] if self.rng.random() < 0.4 else [t, inner.emit("reduce_sum", [s], {"axes": [-1], "keepdims": self.rng.random() < 0.5})[0]]
         return Function("helper", inner.args, inner.ops, returns)
 
-    def _call(self, b: _Builder, callee: Function) -> None:
-        operands = []
-        for _, t in callee.args:
-            v = b.pick(lambda u, t=t: u == t, recent=8)
-            operands.append(v if v is not None else b.arg(t))
-        from fusecc.tools.fuzz.program import infer_types
+    def _nested_callee(self, inner_callee: Function) -> Function:
+        """helper2(x, y) -> (relu(max(helper(x, y)#0, x)), x): a call inside a
+        called function, and an argument returned as it is."""
+        inner = _Builder(random.Random(self.rng.randrange(2**32)), inner_callee.args[0][1].dtype, False)
+        x, y = (inner.arg(t, "p") for _, t in inner_callee.args)
+        returned = infer_types(Program([inner_callee]))
+        r = inner.emit("call", [x, y], {"callee": inner_callee.name}, results=len(inner_callee.returns), callee=inner_callee, callee_types=[returned[inner_callee.name, v] for v in inner_callee.returns])[0]
+        m = inner.emit("max", [r, x])[0]
+        return Function("helper2", inner.args, inner.ops, [inner.emit("relu", [m])[0], x])
 
-        types = infer_types(Program([callee]))
-        b.emit("call", operands, {"callee": callee.name}, results=len(callee.returns), callee=callee, callee_types=[types[callee.name, r] for r in callee.returns])
+    def _call(self, b: _Builder, callee: Function) -> None:
+        for _ in range(2 if self.rng.random() < 0.3 else 1):  # now and then the same function twice in a row
+            operands = []
+            for _, t in callee.args:
+                v = b.pick(lambda u, t=t: u == t, recent=8)
+                operands.append(v if v is not None else b.arg(t))
+            types = infer_types(Program(self.functions))
+            b.emit("call", operands, {"callee": callee.name}, results=len(callee.returns), callee=callee, callee_types=[types[callee.name, r] for r in callee.returns])
 
     # --- families ---------------------------------------------------------------------
     def _unary(self, b: _Builder) -> None:
@@ -415,7 +449,7 @@ class Generator:
         x = b.pick(lambda t: t.dtype in INTS)
         if x is None:
             x = b.emit("cast", [b.float_value()], {"to": self.rng.choice(INTS)})[0] if self.rng.random() < 0.5 else b.arg(Type(b.shape(), self.rng.choice(INTS)), "n")
-        kind = self.rng.choice(("add", "sub", "mul", "div", "max", "min", "neg", "abs", "relu"))
+        kind = self.rng.choice(("add", "sub", "mul", "div", "max", "min", "pow", "neg", "abs", "relu"))
         if kind in ("neg", "abs", "relu"):
             b.emit(kind, [x])
         else:

@@ -83,6 +83,22 @@ def c99_pow(x: float, y: float) -> float:
         return -math.inf if x < 0 and y_odd else math.inf
 
 
+def int_pow(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
+    """a ** b wrapped at the type's width; b < 0 is trunc(1 / a**-b): 1 for
+    a = 1, ±1 for a = -1, else 0 (docs/semantics.md)."""
+    bits = BITS[dtype]
+    a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
+    out = np.zeros(a.shape, dtype=np.int64)
+    for i in np.ndindex(a.shape):
+        x, y = int(a[i]), int(b[i])
+        if y < 0:
+            value = 1 if x == 1 else (1 if y % 2 == 0 else -1) if x == -1 else 0
+        else:
+            value = pow(x, y, 1 << bits)
+        out[i] = ((value + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1))
+    return out
+
+
 def int_div(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
     a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
     out = np.zeros(a.shape, dtype=object)
@@ -105,6 +121,8 @@ def _binary(kind: str, a, b, dtype: str):
     if dtype in INTS:
         if kind == "div":
             return int_div(a, b, dtype)
+        if kind == "pow":
+            return int_pow(a, b, dtype)
         if kind == "mul" and dtype == "i64":
             a, b = np.broadcast_arrays(a.astype(object), b.astype(object))
             return _wrap_object(a * b)

@@ -136,8 +136,6 @@ def result_types(op: Op, operands: list[Type], callee: Function | None = None, c
             raise Invalid("element types differ")
         if x.dtype == "i1" and k not in ("max", "min"):
             raise Invalid(f"{k} has no i1 form (max and min are or and and)")
-        if k in ("pow",) and x.dtype not in FLOATS:
-            raise Invalid("pow on floats only here")
         return [Type(broadcast(operands[0].shape, operands[1].shape), x.dtype)]
     if k == "cmp":
         if operands[0].dtype != operands[1].dtype:
@@ -319,7 +317,32 @@ PRINTED_ATTRS = {
 }
 
 
-def print_program(program: Program) -> str:
+RESOURCE_FILE = "fuzz-resources.npz"  # beside the .ir: the module names it (docs/resources.md)
+
+
+def resource_name(function: Function, op: Op) -> str:
+    return f"{function.name}_{op.results[0]}"
+
+
+def is_resource(op: Op) -> bool:
+    return op.kind == "constant" and bool(op.attrs.get("resource"))
+
+
+def resource_arrays(program: Program) -> dict[str, np.ndarray]:
+    """The elements of each `dense_resource` constant, by resource name, in
+    the storage dtype the resource file holds (f32, f16, i32, i64, bool)."""
+    arrays = {}
+    for f in program.functions:
+        for op in f.ops:
+            if is_resource(op):
+                dtype = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64, "i1": np.bool_}[op.attrs["dtype"]]
+                arrays[resource_name(f, op)] = np.asarray(op.attrs["value"]).astype(dtype).reshape(op.attrs["shape"])
+    return arrays
+
+
+def print_program(program: Program, resource_file: str = RESOURCE_FILE) -> str:
+    """The textual IR; with `dense_resource` constants, inside a module that
+    names `resource_file` (write `resource_arrays` there, `np.savez`)."""
     types = infer_types(program)
     lines = []
     for f in program.functions:
@@ -333,7 +356,8 @@ def print_program(program: Program) -> str:
             names = ", ".join(f"%{r}" for r in op.results)
             if op.kind == "constant":
                 t = types[f.name, op.results[0]]
-                lines.append(f"  {names} = tensor.constant {{value = {dense_text(op.attrs['value'], t.dtype)} : {t.text()}}} : () -> {t.text()}")
+                value = f"dense_resource<{resource_name(f, op)}>" if is_resource(op) else dense_text(op.attrs["value"], t.dtype)
+                lines.append(f"  {names} = tensor.constant {{value = {value} : {t.text()}}} : () -> {t.text()}")
                 continue
             if op.kind == "call":
                 results = result_types_[0] if len(result_types_) == 1 else "(" + ", ".join(result_types_) + ")"
@@ -345,4 +369,6 @@ def print_program(program: Program) -> str:
             lines.append(f"  {names} = tensor.{op.kind} {', '.join('%' + v for v in op.operands)}{attr_text} : ({', '.join(operand_types)}) -> {result_types_[0]}")
         lines.append(f"  func.return {', '.join('%' + v for v in f.returns)} : {', '.join(t.text() for t in rets)}")
         lines.append("}")
+    if any(is_resource(op) for f in program.functions for op in f.ops):
+        lines = [f'module attributes {{fusecc.resources = "{resource_file}"}} {{', *lines, "}"]
     return "\n".join(lines) + "\n"

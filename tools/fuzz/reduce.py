@@ -49,7 +49,12 @@ def _prune(case: Case) -> Case:
     pairs = [(arg, x) for arg, x in zip(main.args, case.inputs) if arg[0] in used]
     main.args = [a for a, _ in pairs]
     case.inputs = [x for _, x in pairs]
-    called = {op.attrs["callee"] for op in main.ops if op.kind == "call"}
+    called, reached = set(), [main]
+    while reached:  # the functions @main calls, and those they call
+        for op in reached.pop().ops:
+            if op.kind == "call" and op.attrs["callee"] not in called:
+                called.add(op.attrs["callee"])
+                reached.append(next(f for f in case.program.functions if f.name == op.attrs["callee"]))
     case.program.functions = [f for f in case.program.functions if f is main or f.name in called]
     return case
 
@@ -98,12 +103,16 @@ def _inline(case: Case, index: int) -> Case:
 
 
 def _bypass(case: Case, index: int) -> Case | None:
-    """@main with the op at `index` skipped: its users read its operand of the same type."""
+    """@main with the op at `index` skipped: its users read its operand of the
+    same type (an op that only @main returns: its first operand, of any type)."""
     types = infer_types(case.program)
     op = case.program.main.ops[index]
     if len(op.results) != 1:
         return None
     same = [v for v in op.operands if types["main", v] == types["main", op.results[0]]]
+    only_returned = not any(op.results[0] in user.operands for user in case.program.main.ops[index + 1 :])
+    if not same and only_returned and op.operands:
+        same = op.operands[:1]
     if not same:
         return None
     out = _copy(case)

@@ -17,8 +17,10 @@ Classes of a deliberately invalid program (a result type made wrong):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import tempfile
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ import numpy as np
 from fusecc.tools.fuzz import oracle
 from fusecc.tools.fuzz.compare import compare_results, stable_mask
 from fusecc.tools.fuzz.generate import Case
-from fusecc.tools.fuzz.program import infer_types, print_program
+from fusecc.tools.fuzz.program import RESOURCE_FILE, Program, infer_types, print_program, resource_arrays
 
 TARGETS = ("reference", "cpu", "cuda-emit", "harness")
 SOURCE = "fuzz.ir"
@@ -45,33 +47,47 @@ class Outcome:
         return [t for t, c in self.classes.items() if c not in ("ok", "rejected", "skipped")]
 
 
-def _parse(text: str):
+def _parse(text: str, source: str = SOURCE):
     from fusecc.compiler.parser import parse_module
     from fusecc.compiler.verifier import verify
 
-    module = parse_module(text, SOURCE)
+    module = parse_module(text, source)
     verify(module)
     return module
 
 
-def run_reference(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+@contextlib.contextmanager
+def source_path(program: Program):
+    """The path to parse the program's text as: with `dense_resource`
+    constants, a file in a temporary folder beside the resource file the
+    module names (docs/resources.md), as `fusecc run` would find it."""
+    arrays = resource_arrays(program)
+    if not arrays:
+        yield SOURCE
+        return
+    with tempfile.TemporaryDirectory(prefix="fusecc-fuzz-") as folder:
+        np.savez(os.path.join(folder, RESOURCE_FILE), **arrays)
+        yield os.path.join(folder, SOURCE)
+
+
+def run_reference(text: str, inputs: list[np.ndarray], source: str = SOURCE) -> list[np.ndarray]:
     from fusecc.runtime.reference import evaluate
 
-    return evaluate(_parse(text), "main", inputs)
+    return evaluate(_parse(text, source), "main", inputs)
 
 
-def run_cpu(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def run_cpu(text: str, inputs: list[np.ndarray], source: str = SOURCE) -> list[np.ndarray]:
     from fusecc.compiler.diagnostics import DiagnosticEngine
     from fusecc.driver import targets
 
-    return targets.get("cpu").run(_parse(text), "main", inputs, DiagnosticEngine())
+    return targets.get("cpu").run(_parse(text, source), "main", inputs, DiagnosticEngine())
 
 
 class SanitizerFinding(Exception):
     """The sanitized harness run reported a finding (its first, and how many)."""
 
 
-def run_harness(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def run_harness(text: str, inputs: list[np.ndarray], source: str = SOURCE) -> list[np.ndarray]:
     """The exact CUDA C the CUDA target emits, compiled by the host C++
     compiler and run on the CPU under the harness's sanitizer (what
     `fusecc run --target cuda-sim --sanitize` does): any finding fails."""
@@ -84,14 +100,14 @@ def run_harness(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     except ImportError:  # where it lived before the CUDA target's split
         from fusecc.driver.cuda_level import compile_program
 
-    source, manifest = compile_program(_parse(text), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
-    outputs, findings = run_sanitized(manifest, source, inputs)
+    cuda_c, manifest = compile_program(_parse(text, source), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
+    outputs, findings = run_sanitized(manifest, cuda_c, inputs)
     if findings:
         raise SanitizerFinding(f"{len(findings)} finding(s); first: {str(findings[0]).splitlines()[0][:250]}")
     return [outputs[spec.name] for spec in manifest.outputs]
 
 
-def emit_cuda(text: str, inputs: list[np.ndarray]) -> None:
+def emit_cuda(text: str, inputs: list[np.ndarray], source: str = SOURCE) -> None:
     """The CUDA C and manifest `fusecc x.ir -o kernels.cu` writes, not run
     (50 ms a program, so every seed gets it; the harness runs a subset)."""
     from fusecc.compiler.diagnostics import DiagnosticEngine
@@ -101,7 +117,7 @@ def emit_cuda(text: str, inputs: list[np.ndarray]) -> None:
         from fusecc.driver.cuda_target import compile_program
     except ImportError:
         from fusecc.driver.cuda_level import compile_program
-    compile_program(_parse(text), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
+    compile_program(_parse(text, source), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
 
 
 RUNNERS = {"reference": run_reference, "cpu": run_cpu, "cuda-emit": emit_cuda, "harness": run_harness}
@@ -140,9 +156,9 @@ def run_case(case: Case, targets=("reference", "cpu"), invalid: bool = False) ->
     expected, masks, dtypes = expected_results(case)
     for target in targets:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), source_path(case.program) as source:
                 warnings.simplefilter("ignore", RuntimeWarning)  # numpy's, on NaN and empty inputs
-                got = RUNNERS[target](text, [x.copy() for x in case.inputs])
+                got = RUNNERS[target](text, [x.copy() for x in case.inputs], source)
         except Exception as exc:  # noqa: BLE001 - every failure is a finding to class
             outcome.classes[target], outcome.details[target] = classify_exception(exc)
             continue
@@ -210,7 +226,8 @@ def check_invalid_variant(case: Case) -> tuple[str, str]:
         return "skipped", "no op to break"
     text, line, here = variant
     try:
-        _parse(text)
+        with source_path(case.program) as source:
+            _parse(text, source)
     except DiagnosticError as exc:
         position = exc.diagnostic.location.file_line_col()
         if position is not None and (position.line == line or not here):
