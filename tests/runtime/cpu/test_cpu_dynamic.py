@@ -235,3 +235,16 @@ def test_schedule_dim_checks_run_in_both_runtimes():
     for run in (lambda xs: CompiledProgram(module).run(xs), lambda xs: run_schedule(module, "main", xs)):
         with pytest.raises(InterpreterError, match=message):
             run([np.ones((2, 4), np.float32), np.ones(4, np.float32)])
+
+
+def test_the_dynamic_vs_static_benchmark_writes_one_encoder_two_ways():
+    import dynamic_vs_static  # benchmarks/, on the path through conftest.py
+
+    dynamic = parse_module(dynamic_vs_static.encoder_text())
+    static = parse_module(dynamic_vs_static.encoder_text(2, 5))
+    verify(dynamic)
+    verify(static)
+    (d,), (s,) = dynamic.functions(), static.functions()
+    assert [str(t) for t in d.function_type.inputs[:2]] == ["tensor<?x?x768xf32>", "tensor<?x1x1x?xf32>"]
+    assert [str(t) for t in s.function_type.inputs[:2]] == ["tensor<2x5x768xf32>", "tensor<2x1x1x5xf32>"]
+    assert str(d.function_type.results[0]) == "tensor<?x?x768xf32>" and str(s.function_type.results[0]) == "tensor<2x5x768xf32>"
