@@ -18,9 +18,10 @@ the `fusecc.torch` logger and kept for `explain()` / `stats()`.
 weights become named constants, so `fusecc.save_module(m, "model.ir")`
 writes them to model.safetensors as resources.
 
-Shapes are static: a graph with symbolic dims (what Dynamo makes after a
-shape change, or with dynamic=True) runs wholly in eager, because fusecc
-has no dynamic dims yet.
+Symbolic sizes (what Dynamo makes after a shape change, or with
+dynamic=True) become the IR's `?` dims: one program for every size.
+Weights are frozen into the program when the graph is compiled with
+autograd off, guarded per call (docs/torch.md).
 """
 
 from __future__ import annotations
