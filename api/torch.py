@@ -192,7 +192,7 @@ class _FreezeGuard:
 def _compile_forward(graph_module: torch.fx.GraphModule, example_inputs, frozen: _Frozen | None, threads: int):
     """AOT autograd's forward graph -> a boxed callable: compiled whole when
     every node translates, else split into compiled islands and eager nodes
-    (frontends/torch/partition.py); wholly eager for symbolic shapes.
+    (frontends/torch/partition.py); wholly eager for inputs fusecc cannot take.
     `frozen`: positions of Dynamo's inputs to freeze as constants (weights);
     `threads`: the CPU threads of each compiled program."""
     from functorch.compile import make_boxed_func
