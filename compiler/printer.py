@@ -72,9 +72,10 @@ class _Names:
 
 
 class Printer:
-    def __init__(self, generic: bool = False, debuginfo: bool = False, indent: str = "  "):
+    def __init__(self, generic: bool = False, debuginfo: bool = False, indent: str = "  ", digest_elements: bool = False):
         self.generic = generic
         self.debuginfo = debuginfo
+        self.digest_elements = digest_elements
         self.indent_unit = indent
         self.lines: list[str] = []
         self.names = _Names()
@@ -103,8 +104,7 @@ class Printer:
         return f"%{self.names.define_group(results)}:{len(results)} = "
 
     # --- attributes --------------------------------------------------------
-    @staticmethod
-    def attr_dict(attributes: dict[str, A.Attribute], skip=()) -> str:
+    def attr_dict(self, attributes: dict[str, A.Attribute], skip=()) -> str:
         entries = []
         for key, value in attributes.items():
             if key in skip:
@@ -113,6 +113,8 @@ class Printer:
             # dotted unit attributes keep an explicit value.
             if isinstance(value, A.UnitAttr) and "." not in key:
                 entries.append(key)
+            elif self.digest_elements and _large_inline_elements(value):
+                entries.append(f"{key} = dense<#{_content_digest(value.array)}> : {value.type}")
             else:
                 entries.append(f"{key} = {value}")
         return "{" + ", ".join(entries) + "}" if entries else ""
@@ -232,8 +234,24 @@ class Printer:
         self.emit(depth, "}" + self.location(op))
 
 
-def print_op(op: Operation, generic: bool = False, debuginfo: bool = False) -> str:
-    """Text of `op` (usually a module), ending with a newline."""
-    printer = Printer(generic=generic, debuginfo=debuginfo)
+def _large_inline_elements(value: A.Attribute) -> bool:
+    return isinstance(value, A.DenseElementsAttr) and not isinstance(value, A.DenseResourceElementsAttr) and value.array.size > A.DenseElementsAttr.HEX_THRESHOLD
+
+
+def _content_digest(array) -> str:
+    import hashlib
+
+    import numpy as np
+
+    return hashlib.blake2b(memoryview(np.ascontiguousarray(array)).cast("B"), digest_size=16).hexdigest()
+
+
+def print_op(op: Operation, generic: bool = False, debuginfo: bool = False, digest_elements: bool = False) -> str:
+    """Text of `op` (usually a module), ending with a newline. With
+    `digest_elements`, large inline constants print as a digest of their
+    bytes instead of their elements (`dense<#…>`, not parseable): a key that
+    identifies the module at a fraction of the cost (a model's weights as
+    hex are tens of MB)."""
+    printer = Printer(generic=generic, debuginfo=debuginfo, digest_elements=digest_elements)
     printer.print_op(op, 0)
     return "\n".join(printer.lines) + "\n"

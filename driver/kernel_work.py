@@ -54,6 +54,11 @@ class Work:
     exact: bool = True
 
 
+def flops_of(op: Operation) -> int:
+    """FLOPs of one float op: a fused multiply-add is a multiply and an add."""
+    return 2 if op.name == "math.fma" else 1
+
+
 def is_flop(op: Operation) -> bool:
     if op.name in NOT_FLOPS or not op.results:
         return False
@@ -103,7 +108,7 @@ class _Counter:
                 self.exact = False  # counted as the costlier branch
                 return max(self.block(op.then_block, dict(env)), self.block(op.else_block, dict(env)))
             return self.block(op.then_block if condition else op.else_block, env)
-        flops = 1.0 if is_flop(op) else 0.0
+        flops = float(flops_of(op)) if is_flop(op) else 0.0
         for region in op.regions:
             for block in region.blocks:
                 flops += self.block(block, dict(env))
@@ -190,4 +195,4 @@ def credited_flops(steps, group_flops: dict) -> list[float]:
     return credited
 
 
-__all__ = ["MAX_WALKED", "Work", "credited_flops", "is_flop", "kernel_work"]
+__all__ = ["MAX_WALKED", "Work", "credited_flops", "flops_of", "is_flop", "kernel_work"]

@@ -309,6 +309,12 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     rr = next(x for x in (4, 2, 1) if bq % x == 0)  # rows sharing each k and v load
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     q_blocks = ceil_div(S, bq)
+    # A row's max and sum over a key tile run as `lanes` partial results
+    # (a vector loop over lanes around the tile's chunks), then across the
+    # lanes: a loop over all BT keys in order would be a chain of BT
+    # dependent scalar ops (about 4 cycles each), slower than the tile's
+    # q·k and p·V together.
+    lanes = next(x for x in (hardware.warp_size, 8, 4, 2, 1) if bt % x == 0)
 
     def worker(p: Value) -> None:
         bidx = problem.batch_index(im.div(p, q_blocks), im)
@@ -323,7 +329,24 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
         m_rows = w.alloc(MemRefType([bq], f32, "local"), "m")
         l_rows = w.alloc(MemRefType([bq], f32, "local"), "l")
         o_rows = w.alloc(MemRefType([bq, Dv], f32, "local"), "o")
+        partial = w.alloc(MemRefType([rr, lanes], f32, "local"), "partial")
         scores = Scores(w, problem, bidx)
+
+        def row_reductions(combine, init: Value, element) -> list[Value]:
+            """For each of the RR rows i, `combine` over the tile's keys j of
+            `element(i, j)`: per lane, then across the lanes."""
+
+            def lane(l: Value) -> None:
+                def chunk(c: Value, *acc: Value) -> list[Value]:
+                    j = im.add(im.mul(c, im.const(lanes)), l)
+                    return [combine(acc[i], element(i, j)) for i in range(rr)]
+
+                per_lane = w.for_(0, bt // lanes, 1, chunk, [init] * rr, "c")
+                for i in range(rr):
+                    w.store(per_lane[i], partial, [im.const(i), l])
+
+            w.parallel([lanes], ["vector"], lane, ["lane"])
+            return [w.for_(0, lanes, 1, lambda l, acc, i=i: [combine(acc, w.load(partial, [im.const(i), l]))], [init])[0] for i in range(rr)]
 
         def init_row(r: Value) -> None:
             # Every row of the tile, rows past S as zeros: row groups may overhang.
@@ -358,7 +381,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 # accumulator per row.
                 def dot_step(d: Value, *acc: Value) -> list[Value]:
                     k = w.load(k_tile, [d, j])
-                    return [s.add(acc[i], s.mul(w.load(q_tile, [r[i], d]), k)) for i in range(rr)]
+                    return [s.fma(w.load(q_tile, [r[i], d]), k, acc[i]) for i in range(rr)]
 
                 dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * rr, "d"), "dot")
                 key = im.add(k0, j)
@@ -368,29 +391,30 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
 
             w.parallel([bt], ["vector"], score_column, ["j"])
             bases, alphas = [], []
+            tile_maxima = row_reductions(s.max, scores.minus_inf, lambda i, j: w.load(p_tile, [im.const(i), j]))
             for i in range(rr):
-                tile_max = w.for_(0, bt, 1, lambda j, acc, i=i: [s.max(acc, w.load(p_tile, [i, j]))], [scores.minus_inf])[0]
+                tile_max = tile_maxima[i]
                 m_old = w.load(m_rows, [r[i]])
                 m_new = w.named(s.max(m_old, tile_max), "m_new")
                 bases.append(scores.safe_max(m_new))
                 alphas.append(w.named(s.exp(s.sub(m_old, bases[i])), "alpha"))
                 w.store(m_new, m_rows, [r[i]])
 
-            def exponentiate(j: Value) -> None:
-                for i in range(rr):
-                    w.store(s.exp(s.sub(w.load(p_tile, [i, j]), bases[i])), p_tile, [i, j])
+            def exponentiate(i: int, j: Value) -> Value:
+                p = s.exp(s.sub(w.load(p_tile, [im.const(i), j]), bases[i]))
+                w.store(p, p_tile, [im.const(i), j])
+                return p
 
-            w.parallel([bt], ["vector"], exponentiate, ["j"])
+            row_sums = row_reductions(s.add, s.const(0.0), exponentiate)
             for i in range(rr):
-                row_sum = w.for_(0, bt, 1, lambda j, acc, i=i: [s.add(acc, w.load(p_tile, [i, j]))], [s.const(0.0)])[0]
-                w.store(s.add(s.mul(w.load(l_rows, [r[i]]), alphas[i]), row_sum), l_rows, [r[i]])
+                w.store(s.add(s.mul(w.load(l_rows, [r[i]]), alphas[i]), row_sums[i]), l_rows, [r[i]])
 
             def output_column(c: Value) -> None:
                 # o = o·alpha + p·V for RR rows: the key loop inside the vector
                 # loop over columns, one accumulator per row.
                 def pv_step(j: Value, *acc: Value) -> list[Value]:
                     v = w.load(v_tile, [j, c])
-                    return [s.add(acc[i], s.mul(w.load(p_tile, [i, j]), v)) for i in range(rr)]
+                    return [s.fma(w.load(p_tile, [i, j]), v, acc[i]) for i in range(rr)]
 
                 rescaled = [s.mul(w.load(o_rows, [r[i], c]), alphas[i]) for i in range(rr)]
                 o = w.named_loop(w.for_(0, bt, 1, pv_step, rescaled, "j"), "o")

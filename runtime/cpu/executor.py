@@ -336,7 +336,7 @@ def compile_program(module: Operation, vectorize: str = "explicit") -> CompiledP
     from fusecc.compiler.printer import print_op
     from fusecc.compiler.resources import resource_identity
 
-    key = (print_op(module), resource_identity(module), vectorize)
+    key = (print_op(module, digest_elements=True), resource_identity(module), vectorize)
     found = _programs.get(key)
     if found is None:
         found = _programs[key] = CompiledProgram(module, vectorize)

@@ -31,5 +31,5 @@ TEXT = """func.func @main(%x: tensor<32x1024xf32>) -> tensor<32x64xf32> {
 def test_measure_leaves_out_the_launches_run_at_load():
     module = parse_module(TEXT.replace("BODY", A.dense(WEIGHT, TensorType(WEIGHT.shape, f32)).format_body()))
     report = json.dumps(measure(module, "main", "cpu", repeat=2), default=str)
-    assert "fused_0_matmul_pack_a" in report and "fused_0_matmul\"" in report  # per-call launches are measured
+    assert "fused_0_matmul\"" in report  # per-call launches are measured
     assert "pack_b" not in report  # the weight was packed once, at load

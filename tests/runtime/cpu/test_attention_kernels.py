@@ -1,0 +1,136 @@
+"""The CPU flash attention (passes/lowering/attention.py, `lower_attention_cpu`)
+against the reference, and `exp` where it underflows.
+
+The kernel's row max and row sum over a key tile run as per-lane partial
+results, its q·k and p·V accumulate with `math.fma`, and masked keys
+(additive masks of -10000 or -inf) make `exp` underflow, which the AVX-512
+expansion selects to 0 instead of scaling into the subnormal range. Each on
+ragged shapes (S, T ∈ {1, 3, 17, 129, 384}, against 32-row query tiles and
+64-key tiles), with masks and inputs salted with NaN, ±inf and -0.0, and
+small cases against the loop interpreter within the CPU's tolerance policy
+(cpu_tolerance.py: exp is an expansion within a few ulp).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+from cpu_tolerance import KERNEL_RTOL  # noqa: E402
+
+from fusecc.compiler.parser import parse_module  # noqa: E402
+from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline  # noqa: E402
+from fusecc.driver.pipelines import pipeline_for_level  # noqa: E402
+from fusecc.runtime.cpu.executor import CompiledProgram, WorkerPool  # noqa: E402
+from fusecc.runtime.loop_interpreter import run_schedule  # noqa: E402
+from fusecc.runtime.reference import evaluate  # noqa: E402
+
+# (heads, S, T, D): every size on the S and T axes.
+SHAPES = [(2, 1, 384, 32), (3, 3, 17, 8), (2, 17, 129, 32), (1, 129, 3, 8), (2, 384, 1, 32), (1, 129, 384, 16)]
+
+
+def program_text(h: int, s: int, t: int, d: int, mask_shape: tuple[int, ...]) -> str:
+    q, k, o, m = f"tensor<{h}x{s}x{d}xf32>", f"tensor<{h}x{t}x{d}xf32>", f"tensor<{h}x{s}x{d}xf32>", f"tensor<{'x'.join(map(str, mask_shape))}xf32>"
+    return (
+        f"func.func @main(%q: {q}, %k: {k}, %v: {k}, %m: {m}) -> {o} {{\n"
+        f"  %o = tensor.attention %q, %k, %v, %m : ({q}, {k}, {k}, {m}) -> {o}\n"
+        f"  func.return %o : {o}\n}}\n"
+    )
+
+
+def compiled(text: str, threads: int = 1):
+    module = parse_module(text)
+    run_pipeline(parse_pipeline(pipeline_for_level("loop", target="cpu")), module, PassContext(target="cpu"))
+    return module, CompiledProgram(module, pool=WorkerPool(threads))
+
+
+def padding_mask(rng, shape, masked_value: float) -> np.ndarray:
+    """0 where a key is kept, `masked_value` on the last quarter of the keys
+    of every other row group, as a padded batch would have."""
+    mask = np.zeros(shape, np.float32)
+    t = shape[-1]
+    mask[..., t - max(1, t // 4):] = masked_value
+    if t > 1:
+        mask[..., 0] = 0.0  # every row keeps a key
+    return mask
+
+
+def salt(rng, a: np.ndarray, fraction: float = 0.01) -> np.ndarray:
+    flat = a.reshape(-1)
+    places = rng.choice(flat.size, size=max(4, int(flat.size * fraction)) if flat.size >= 4 else 0, replace=False)
+    for special, chosen in zip((np.nan, np.inf, -np.inf, -0.0), np.array_split(places, 4)):
+        flat[chosen] = special
+    return a
+
+
+def assert_matches_reference(got, want) -> None:
+    want = np.asarray(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    scale = max(1.0, float(np.max(np.abs(want[finite]), initial=0.0)))
+    np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=2e-5 * scale)
+
+
+@pytest.mark.parametrize("masked_value", [-10000.0, -np.inf], ids=["mask-10000", "mask-inf"])
+@pytest.mark.parametrize("h, s, t, d", SHAPES, ids=[f"{h}x{s}x{t}x{d}" for h, s, t, d in SHAPES])
+def test_masked_attention_matches_the_reference_on_ragged_shapes(h, s, t, d, masked_value):
+    rng = np.random.default_rng(h * 7919 + s * 131 + t + d)
+    mask_shape = (s, t)
+    _, program = compiled(program_text(h, s, t, d, mask_shape), threads=2 if (s + t) % 2 else 1)
+    reference = parse_module(program_text(h, s, t, d, mask_shape))
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((h, s, d), (h, t, d), (h, t, d)))
+    mask = padding_mask(rng, mask_shape, masked_value)
+    (got,) = program.run([q, k, v, mask], "main")
+    (want,) = evaluate(reference, "main", [q, k, v, mask])
+    assert_matches_reference(got, want)
+
+
+def test_salted_inputs_and_mask():
+    h, s, t, d = 2, 17, 129, 8
+    rng = np.random.default_rng(3)
+    _, program = compiled(program_text(h, s, t, d, (s, t)), threads=2)
+    reference = parse_module(program_text(h, s, t, d, (s, t)))
+    q, k, v = (salt(rng, rng.standard_normal(shape).astype(np.float32), 0.003) for shape in ((h, s, d), (h, t, d), (h, t, d)))
+    mask = salt(rng, padding_mask(rng, (s, t), -10000.0), 0.01)
+    (got,) = program.run([q, k, v, mask], "main")
+    (want,) = evaluate(reference, "main", [q, k, v, mask])
+    assert_matches_reference(got, want)
+
+
+@pytest.mark.parametrize("h, s, t, d", [(1, 5, 70, 4), (2, 3, 17, 8)])
+def test_kernel_agrees_with_the_loop_interpreter(h, s, t, d):
+    """The partial maxima and sums are loop IR like the rest: the compiled
+    kernel and the interpreter add in the same order and FMAs round once;
+    only exp differs (a few ulp), and exp of masked scores (-10000, -inf)
+    is exactly 0 in both."""
+    module, program = compiled(program_text(h, s, t, d, (s, t)))
+    rng = np.random.default_rng(s * t)
+    inputs = [rng.standard_normal(shape).astype(np.float32) for shape in ((h, s, d), (h, t, d), (h, t, d))]
+    mask = padding_mask(rng, (s, t), -10000.0)
+    mask[-1, 1] = -np.inf
+    (got,) = program.run([*inputs, mask], "main")
+    (want,) = run_schedule(module, "main", [*inputs, mask])
+    want = np.asarray(want, np.float32)
+    scale = float(np.max(np.abs(want)))
+    np.testing.assert_allclose(got, want, rtol=0, atol=KERNEL_RTOL * scale)
+
+
+def test_exp_where_it_underflows_is_exact():
+    """Around the underflow thresholds: results that round to 0 are +0.0,
+    subnormal results are the correctly rounded ones (the AVX-512 path
+    selects 0 below -103.97208 rather than scaling into the subnormals)."""
+    text = "func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {\n  %y = tensor.exp %x : (tensor<64xf32>) -> tensor<64xf32>\n  func.return %y : tensor<64xf32>\n}\n"
+    _, program = compiled(text)
+    edge = np.float32(-103.97208)
+    below = np.nextafter(edge, np.float32(-np.inf))
+    values = [-np.inf, -1e30, -10000.0, -150.0, -104.0, below, edge, np.nextafter(edge, np.float32(0)), -103.28, -100.0, -87.5, -87.33, -80.0, 0.0, -0.0, np.nan]
+    x = np.resize(np.array(values, np.float32), 64)
+    (got,) = program.run([x], "main")
+    exact = np.exp(x.astype(np.float64)).astype(np.float32)  # float64 exp rounded once: within an ulp, 0 where it underflows
+    assert np.all(got[x < edge] == 0) and not np.any(np.signbit(got[x < edge]))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - exact.view(np.int32).astype(np.int64))
+    assert np.all(ulps[~np.isnan(x)] <= 1), ulps
