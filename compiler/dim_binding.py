@@ -15,7 +15,7 @@ from typing import Sequence
 from fusecc.compiler import attributes as A
 from fusecc.compiler.dims import dim_symbol, dims_equal, is_unbound, normalize_dim, sympy
 from fusecc.compiler.ir import VerifyError
-from fusecc.compiler.types import FunctionType, ShapedType, TensorType, Type
+from fusecc.compiler.types import FunctionType, ShapedType, TensorType, Type, dim_compatible, type_compatible
 
 DIMS_ATTR = "fusecc.dims"
 
@@ -68,28 +68,6 @@ def bind_arguments(arg_types: Sequence[Type], dims_attr=None) -> list[Type]:
     return bound
 
 
-def dim_compatible(actual, declared) -> bool:
-    """A dim as computed fits a dim as written: equal, or either is `?`."""
-    if type(declared) is not int and is_unbound(declared):
-        return True
-    if type(actual) is not int and is_unbound(actual):
-        return True
-    return dims_equal(actual, declared) is True
-
-
-def type_compatible(actual: Type, declared: Type) -> bool:
-    """`actual` may stand where `declared` is written (`?` matches any dim)."""
-    if actual is declared:
-        return True
-    if not (isinstance(actual, TensorType) and isinstance(declared, TensorType)):
-        return False
-    return (
-        actual.element_type is declared.element_type
-        and actual.rank == declared.rank
-        and all(dim_compatible(a, d) for a, d in zip(actual.shape, declared.shape))
-    )
-
-
 def same_spelling(a: Type, b: Type) -> bool:
     """Equal up to the names of dynamic dims: what the text can tell apart
     (a call's argument `B` may stand for the callee's `s0`)."""
@@ -128,6 +106,24 @@ def bind_named_results(declared: list[Type], dims_attr) -> list[Type]:
     return [TensorType([d if type(d) is int else next(queue) for d in t.shape], t.element_type), *declared[1:]]
 
 
+def call_dim_mapping(params: Sequence[Type], args: Sequence[Type]) -> dict:
+    """The callee's dim symbols as the caller's dims, from the types of a
+    call's parameters and arguments (`s0 -> N`)."""
+    mapping = {}
+    for param, arg in zip(params, args):
+        for p, a in zip(getattr(param, "shape", ()), getattr(arg, "shape", ())):
+            if type(p) is not int and p.is_Symbol and p not in mapping:
+                mapping[p] = sympy().Integer(a) if type(a) is int else a
+    return mapping
+
+
+def substitute_dims(t: Type, mapping: dict) -> Type:
+    """`t` with the symbols of `mapping` replaced (an inlined callee's types)."""
+    if not mapping or not isinstance(t, TensorType) or t.is_static:
+        return t
+    return TensorType([d if type(d) is int else normalize_dim(d.xreplace(mapping)) for d in t.shape], t.element_type)
+
+
 def refine_results(op_class, operand_types: list[Type], attributes: dict, declared: list[Type]) -> list[Type]:
     """The result types of an op whose written types have `?` dims: the
     inferred ones (checked against what is written) or, for ops without
@@ -144,4 +140,4 @@ def refine_results(op_class, operand_types: list[Type], attributes: dict, declar
     return list(refine(operand_types, attributes, declared))
 
 
-__all__ = ["DIMS_ATTR", "bind_arguments", "bind_named_results", "parse_dim", "dim_compatible", "has_unbound", "refine_results", "same_spelling", "type_compatible"]
+__all__ = ["DIMS_ATTR", "bind_arguments", "bind_named_results", "call_dim_mapping", "substitute_dims", "parse_dim", "dim_compatible", "has_unbound", "refine_results", "same_spelling", "type_compatible"]

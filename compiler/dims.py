@@ -23,6 +23,8 @@ import functools
 import operator
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
+from fusecc.compiler.errors import VerifyError
+
 
 @functools.lru_cache(maxsize=1)
 def sympy():
@@ -222,8 +224,6 @@ def require_equal(a, b, message: str) -> None:
     if known is True:
         return
     if known is False:
-        from fusecc.compiler.ir import VerifyError
-
         raise VerifyError(f"{message}: {a} != {b}")
     if _recorders and not (is_unbound(a) or is_unbound(b)):
         _recorders[-1].append((normalize_dim(a), normalize_dim(b), message))
@@ -242,15 +242,16 @@ def require_whole(d, message: str) -> None:
 def runtime_checks(root) -> list[DimCheck]:
     """The checks the ops under `root` (a function) need at run time, in
     program order, without duplicates."""
-    from fusecc.compiler.verifier import verify_op_local
-
     checks: list[DimCheck] = []
     seen = set()
     for op in root.walk():
         if op is root:
             continue
         with recording() as found:
-            verify_op_local(op)
+            # What the verifier runs that can require dims: inference and the op's own checks.
+            if type(op).has_type_inference:
+                type(op).infer_result_types([v.type for v in op.operands], op.attributes)
+            op.verify_()
         for lhs, rhs, message in found:
             key = (lhs, rhs, message, id(op))
             if key not in seen:

@@ -31,8 +31,7 @@ from fusecc.compiler.traits import IsolatedFromAbove, Symbol, SymbolTable, Termi
 from fusecc.compiler.types import Type
 
 
-class VerifyError(Exception):
-    """An op is malformed. The verifier turns it into a located diagnostic."""
+from fusecc.compiler.errors import VerifyError  # noqa: E402 (re-exported: ops raise it from here)
 
 
 # --------------------------------------------------------------------------- values

@@ -358,6 +358,33 @@ def parse_type_token(text: str) -> Type:
     return parsed
 
 
+# --------------------------------------------------------------------------- compatibility
+
+
+def dim_compatible(actual, declared) -> bool:
+    """A dim as computed fits a dim as written: equal, or either is `?`."""
+    from fusecc.compiler.dims import dims_equal, is_unbound
+
+    if type(declared) is not int and is_unbound(declared):
+        return True
+    if type(actual) is not int and is_unbound(actual):
+        return True
+    return dims_equal(actual, declared) is True
+
+
+def type_compatible(actual: Type, declared: Type) -> bool:
+    """`actual` may stand where `declared` is written (`?` matches any dim)."""
+    if actual is declared:
+        return True
+    if not (isinstance(actual, TensorType) and isinstance(declared, TensorType)):
+        return False
+    return (
+        actual.element_type is declared.element_type
+        and actual.rank == declared.rank
+        and all(dim_compatible(a, d) for a, d in zip(actual.shape, declared.shape))
+    )
+
+
 # --------------------------------------------------------------------------- broadcasting
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from fusecc.compiler.diagnostics import Diagnostic, DiagnosticError, Severity
 from fusecc.compiler.ir import BlockArgument, Operation, OpResult, VerifyError, check_operand_count
 from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, Terminator
-from fusecc.compiler.dim_binding import type_compatible
-from fusecc.compiler.types import format_result_types
+from fusecc.compiler.types import format_result_types, type_compatible
 
 
 def check_attributes(op_class: type[Operation], attributes) -> None:

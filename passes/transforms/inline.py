@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusecc.compiler.diagnostics import error
+from fusecc.compiler.dim_binding import call_dim_mapping, substitute_dims
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext
 from fusecc.dialects.func import CallOp, FuncOp
@@ -28,11 +29,18 @@ def inline_call(call: CallOp, callee: FuncOp) -> None:
     value_map: dict[Value, Value] = dict(zip(callee.body.args, call.operands))
     block = call.parent
     returned: list[Value] = []
+    # The callee's `?` dims are the caller's at this call (s0 -> N).
+    dims = call_dim_mapping([a.type for a in callee.body.args], [v.type for v in call.operands])
     for op in callee.body:
         if op is callee.body.last_op:
             returned = [value_map.get(v, v) for v in op.operands]
             break
-        block.insert_before(op.clone(value_map), call)
+        copy = op.clone(value_map)
+        if dims:
+            for inner in copy.walk():
+                for value in (*inner.results, *(a for r in inner.regions for b in r.blocks for a in b.args)):
+                    value.type = substitute_dims(value.type, dims)
+        block.insert_before(copy, call)
     for old, new in zip(call.results, returned):
         old.replace_all_uses_with(new)
     call.erase()
