@@ -4,7 +4,9 @@ for QKᵀ and PV (f16 or bf16 query, key and value, sm_80+; f32 accumulators).
 Chosen by `lower_attention` (attention.py) where `attention_mma_kind`
 allows; the FMA template keeps the rest (f32, dynamic shapes, head
 dimensions past MAX_HEAD_DIM). One block per (query tile of BQ = 16 · WARPS
-rows, batch·head); each warp owns 16 query rows:
+rows, batch·head); each warp owns 16 query rows. WARPS is 4 where that
+still gives every SM a block, else 2 (`attention_mma_warps`): more blocks,
+each staging K and V for fewer rows:
 
     q_tile [BQ, D16 + 8], k_tile [BT, D16 + 8]  (k = head dim contiguous)
     v_tile [BT, Dv8 + 8]                        (k = key: k-major)
@@ -41,8 +43,7 @@ from fusecc.passes.lowering.matmul_mma import MIN_SM, affine, sm_version
 from fusecc.passes.lowering.scalar_emitter import LoweringError
 from fusecc.passes.tiling.contractions import BASE_REGISTERS, KernelResources, resource_problem
 
-WARPS = 4
-BLOCK_Q = 16 * WARPS
+WARP_CHOICES = (4, 2)  # warps per block, fullest first
 BLOCK_T = 64
 MAX_HEAD_DIM = 128  # Q fragments, S and O stay in registers: D = Dv = 128 is ~200 of 255
 PAD = 8  # elements: conflict-free fragment reads in both layouts (matmul_mma.TileLayout)
@@ -61,15 +62,24 @@ def attention_mma_kind(problem, hardware: Hardware) -> str | None:
     return "f16" if types == {f16} else "bf16"
 
 
-def attention_mma_resources(problem) -> KernelResources:
+def attention_mma_warps(problem, hardware: Hardware) -> int:
+    """4 warps (64 query rows) per block where the grid still fills the SMs, else 2."""
+    for warps in WARP_CHOICES:
+        if ceil_div(problem.s, 16 * warps) * problem.batch_size >= hardware.sm_count:
+            return warps
+    return WARP_CHOICES[-1]
+
+
+def attention_mma_resources(problem, warps: int) -> KernelResources:
     d16, dv8 = ceil_div(problem.d, 16) * 16, ceil_div(problem.dv, 8) * 8
     registers = d16 // 2 + BLOCK_T // 8 * 4 + dv8 // 8 * 4 + 8 + BASE_REGISTERS  # Q (packed), S, O, m/l/alpha, the base
-    shared = 2 * (BLOCK_Q * (d16 + PAD) + BLOCK_T * (d16 + PAD) + BLOCK_T * (dv8 + PAD))
-    return KernelResources(WARP * WARPS, registers, shared)
+    shared = 2 * (16 * warps * (d16 + PAD) + BLOCK_T * (d16 + PAD) + BLOCK_T * (dv8 + PAD))
+    return KernelResources(WARP * warps, registers, shared)
 
 
 def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> KernelWriter:
-    refused = resource_problem(attention_mma_resources(problem), hardware, "tensor-core attention")
+    warps = attention_mma_warps(problem, hardware)
+    refused = resource_problem(attention_mma_resources(problem, warps), hardware, "tensor-core attention")
     if refused is not None:
         raise LoweringError(refused)
     f = FRAGMENTS[kind]
@@ -80,11 +90,12 @@ def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) 
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     d16, dv8 = ceil_div(D, 16) * 16, ceil_div(Dv, 8) * 8
     key_tiles, value_tiles = BLOCK_T // 8, dv8 // 8
-    grid = [ceil_div(S, BLOCK_Q)] + ([problem.batch_size] if problem.batch_size > 1 else [])
+    block_q = 16 * warps
+    grid = [ceil_div(S, block_q)] + ([problem.batch_size] if problem.batch_size > 1 else [])
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y")
     a_at, b_at, c_at = affine(f.a, f.a_count), affine(f.b, f.b_count), affine(f.c, f.c_count)
-    threads = WARP * WARPS
+    threads = WARP * warps
 
     def mma(a, b, c) -> list[Value]:
         return list(w.b.create(MmaSyncOp, [*a, *b, *c], {"kind": kind}, result_types=[f32] * f.c_count).results)
@@ -94,12 +105,12 @@ def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) 
         return widened.input if isinstance(widened, arith.CastOp) and widened.input.type is element else value
 
     def block(q_block: Value, batch: Value | None = None) -> None:
-        q_tile = w.alloc(MemRefType([BLOCK_Q, d16 + PAD], element, "shared"), "q_tile")
+        q_tile = w.alloc(MemRefType([block_q, d16 + PAD], element, "shared"), "q_tile")
         k_tile = w.alloc(MemRefType([BLOCK_T, d16 + PAD], element, "shared"), "k_tile")
         v_tile = w.alloc(MemRefType([BLOCK_T, dv8 + PAD], element, "shared"), "v_tile")
-        q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(BLOCK_Q))
+        q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(block_q))
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
-        end = kv_end(w, problem, im.add(q0, im.const(BLOCK_Q)))
+        end = kv_end(w, problem, im.add(q0, im.const(block_q)))
 
         def thread(t: Value) -> None:
             warp, lane = im.div(t, WARP), im.rem(t, WARP)
@@ -116,14 +127,14 @@ def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) 
                 return v
 
             scores = Scores(w, problem, bidx)
-            for (r, d), inside in w.cooperative(t, threads, [BLOCK_Q, d16]):
+            for (r, d), inside in w.cooperative(t, threads, [block_q, d16]):
                 q = im.add(q0, r)
-                guard = w.all_of(inside, w.below(q, S, S % BLOCK_Q != 0), w.below(d, D, d16 != D))
+                guard = w.all_of(inside, w.below(q, S, S % block_q != 0), w.below(d, D, d16 != D))
                 w.store(as_loaded(w.value_at(problem.op.query, problem.q_index(bidx, q, d, im), guard)), q_tile, [r, d], inside)
             q_frags = [[w.load(q_tile, [at(rc[0], warp_row), at(rc[1], im.const(16 * ks))]) for rc in a_at] for ks in range(d16 // 16)]
             # the lane's two rows (C fragment elements 0, 1 and 2, 3)
             rows = [at(c_at[0][0], im.add(q0, warp_row)), at(c_at[2][0], im.add(q0, warp_row))]
-            rows_ok = [w.below(q, S, S % BLOCK_Q != 0) for q in rows]
+            rows_ok = [w.below(q, S, S % block_q != 0) for q in rows]
 
             def stage(k0: Value) -> None:
                 for tile, operand, width, padded, index_of in ((k_tile, problem.op.key, D, d16, problem.k_index), (v_tile, problem.op.value, Dv, dv8, problem.v_index)):
@@ -194,4 +205,4 @@ def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) 
     return w
 
 
-__all__ = ["attention_mma_kind", "attention_mma_resources", "lower_attention_mma"]
+__all__ = ["attention_mma_kind", "attention_mma_resources", "attention_mma_warps", "lower_attention_mma"]

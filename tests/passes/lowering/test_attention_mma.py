@@ -84,23 +84,48 @@ def test_loop_ir_computes_the_reference():
     check("f16", got, want, inputs[2])
 
 
-CASES = {
-    "f16_ragged": ("f16", 2, 70, 90, 64, 40, False, False),
-    "bf16_causal_mask_odd_dims": ("bf16", 1, 33, 33, 24, 20, True, True),
-    "f16_head_dim_128": ("f16", 1, 17, 129, 128, 128, False, False),
-    "f16_one_query": ("f16", 3, 1, 3, 8, 8, False, True),
+CASES = {  # name: (type, B, S, T, D, Dv, causal, mask), warps per block
+    "f16_ragged": (("f16", 2, 70, 90, 64, 40, False, False), 4),
+    "bf16_causal_mask_odd_dims": (("bf16", 1, 33, 33, 24, 20, True, True), 2),
+    "f16_head_dim_128": (("f16", 1, 17, 129, 128, 128, False, False), 4),
+    "f16_one_query": (("f16", 3, 1, 3, 8, 8, False, True), 2),
+    "bf16_causal_4_warps": (("bf16", 1, 100, 100, 32, 32, True, False), 4),
 }
 
 
+def test_four_warps_where_the_grid_fills_the_sms_else_two():
+    from fusecc.passes.backends.hardware import H200
+    from fusecc.passes.lowering.attention import AttentionProblem
+    from fusecc.passes.lowering.attention_mma import attention_mma_warps
+    from fusecc.dialects.fusion import GroupOp
+
+    def warps(b, s):
+        module = lowered_groups(program("f16", b, s, s, 64, 64))
+        return attention_mma_warps(AttentionProblem.of(next(op for op in module.walk() if isinstance(op, GroupOp))), H200)
+
+    assert warps(32, 512) == 4  # 256 blocks of 64 rows
+    assert warps(8, 512) == 2  # 64 blocks of 64 rows would leave half the SMs idle: 128 of 32
+
+
+def lowered_groups(text: str):
+    module = parsed(text)
+    run_pipeline(parse_pipeline("fuse{target=h200}"), module, PassContext(target="h200"))
+    return module
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_sanitized_on_the_harness_against_the_reference(name, cuda_cache_dir):
-    t, *shape = CASES[name]
+def test_sanitized_on_the_harness_against_the_reference(name, cuda_cache_dir, monkeypatch):
+    from fusecc.passes.lowering import attention_mma
+
+    (t, *shape), warps = CASES[name]
+    monkeypatch.setattr(attention_mma, "attention_mma_warps", lambda problem, hardware: warps)  # both block sizes on small shapes
     text = program(t, *shape)
     module = parsed(text)
     inputs = inputs_for(module)
     (want,) = evaluate(module, "main", inputs)
     source, manifest = compile_program(parsed(text), "main", "sm_90", PassContext(target="h200"))
     assert f"fusecc_mma_{t}(" in source
+    assert [launch.block[0] for launch in manifest.launches] == [32 * warps]
     outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
     assert findings == [], "\n".join(map(str, findings))
     check(t, outputs[manifest.outputs[0].name], want, inputs[2])
