@@ -14,13 +14,37 @@ SPECIAL_FLOATS = np.array([-0.0, 0.0, np.inf, -np.inf, np.nan, 1.0, -1.0], np.fl
 SPECIAL_VARIANTS = len(SPECIAL_FLOATS)
 
 
+# `?` dims (docs/dynamic-shapes.md) take these sizes, one per dim symbol in
+# order of appearance: distinct primes, so mixing two dims up shows.
+DYNAMIC_SIZES = (3, 5, 7, 11, 13)
+
+
+def at_sizes(t, sizes: Sequence[int], seen: dict | None = None):
+    """`t` with each dynamic dim at a size: a dim symbol takes the next of
+    `sizes` the first time it appears (`seen` keeps them across types)."""
+    if not hasattr(t, "shape") or all(type(d) is int for d in t.shape):
+        return t
+    seen = _seen if seen is None else seen
+    shape = []
+    for d in t.shape:
+        if type(d) is not int:
+            for symbol in sorted(d.free_symbols, key=str):
+                seen.setdefault(symbol, sizes[len(seen) % len(sizes)])
+            d = int(d.xreplace(seen))
+        shape.append(d)
+    return t.with_shape(shape)
+
+
+_seen: dict = {}
+
+
 def function_inputs(func: Operation, seed: int = 0, special: int | None = None) -> list[np.ndarray]:
     """Seeded normal floats. With `special` = k in range(SPECIAL_VARIANTS),
     two of every three float elements are -0.0, 0.0, ±inf, NaN or ±1 instead,
     rotated by k so that across the variants each such element takes every
     special value; they tell exact rewrites from nearly exact ones."""
     rng = np.random.default_rng(seed)
-    inputs = [random_input(t, rng) for t in func.function_type.inputs]
+    inputs = [random_input(at_sizes(t, DYNAMIC_SIZES), rng) for t in func.function_type.inputs]
     if special is not None:
         for array in inputs:
             if array.dtype.kind == "f":
