@@ -43,6 +43,7 @@ import numpy as np
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
+from fusecc.compiler.diagnostics import error
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.pass_manager import Pass, PassContext, PipelineError
 from fusecc.compiler.types import TensorType, f32, i1
@@ -150,7 +151,15 @@ def decompose_silu(e: Emitter, op: Operation) -> Value:
     return formulas.silu(e, e.to_f32(op.input))
 
 
+def fixed_causal_mask(op: Operation) -> bool:
+    """A causal attention's mask is a constant of the scores' last two dims,
+    so it decomposes only when they are static (not `?`)."""
+    return not op.attr("causal") or all(type(d) is int for d in op.result.type.shape[-2:] + op.key.type.shape[-2:-1])
+
+
 def decompose_attention(e: Emitter, op: Operation) -> Value:
+    if not fixed_causal_mask(op):
+        raise error(op.location, "a causal attention over '?' sequence lengths cannot be decomposed: its mask needs the sizes (docs/dynamic-shapes.md)")
     q, k, v = (e.to_f32(x) for x in (op.query, op.key, op.value))
     return op.formula(e, q, k, v, None if op.mask is None else e.to_f32(op.mask))
 
@@ -200,8 +209,8 @@ class Decompose(Pass):
         count = 0
         for target in op.walk(include_self=False):
             rule = rules.get(target.name)
-            if rule is None:
-                continue
+            if rule is None or (target.name == "tensor.attention" and not fixed_causal_mask(target)):
+                continue  # a causal attention over `?` lengths stays whole
             decompose_op(target, rule)
             count += 1
         context.statistics["decompose.ops"] = context.statistics.get("decompose.ops", 0) + count

@@ -91,3 +91,15 @@ def numpy_layout(x, y, z, w, i):
         np.take(t, i, axis=1),
         bt.reshape(bt.shape[0], 32),
     ]
+
+
+def numpy_norms(q, k, v):
+    """programs/norms.ir in float64 numpy."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    scores = q @ k.transpose(0, 1, 3, 2) / 4.0
+    rows, cols = scores.shape[-2:]
+    scores = np.where(np.triu(np.ones((rows, cols), bool), k=1), -np.inf, scores)
+    attention = _softmax(scores) @ v
+    s = _softmax(attention, 2)
+    r = s / np.sqrt((s * s).mean(-1, keepdims=True) + 1e-6) * s
+    return [r - r.mean(1, keepdims=True)]

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from dynamic_programs import PROGRAMS, inputs, load, numpy_encoder, numpy_layout
+from dynamic_programs import PROGRAMS, inputs, load, numpy_encoder, numpy_layout, numpy_norms
 
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.verifier import verify
@@ -52,6 +52,13 @@ def test_layout_ops_at_every_size_match_numpy(sizes):
     check_close(evaluate(module, "layout", args), numpy_layout(*args))
 
 
+@pytest.mark.parametrize("sizes", [{"B": 1, "S": 1}, {"B": 2, "S": 5}, {"B": 3, "S": 17}], ids=lambda s: "B{B}_S{S}".format(**s))
+def test_causal_attention_and_norms_at_every_size_match_numpy(sizes):
+    module, func = load("norms")
+    args = inputs(func, sizes)
+    check_close(evaluate(module, "att", args), numpy_norms(*args))
+
+
 def graph_passes(name: str, target: str):
     text = subprocess.run(
         [sys.executable, "-m", "fusecc.tools.opt", str(PROGRAMS / f"{name}.ir"), "-p", GRAPH_PASSES, "--target", target],
@@ -63,7 +70,10 @@ def graph_passes(name: str, target: str):
 
 
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
-@pytest.mark.parametrize("name, sizes", [("encoder", ENCODER_SIZES[0]), ("encoder", ENCODER_SIZES[4]), ("layout", LAYOUT_SIZES[0]), ("layout", LAYOUT_SIZES[2])])
+@pytest.mark.parametrize(
+    "name, sizes",
+    [("encoder", ENCODER_SIZES[0]), ("encoder", ENCODER_SIZES[4]), ("layout", LAYOUT_SIZES[0]), ("layout", LAYOUT_SIZES[2]), ("norms", {"B": 2, "S": 5})],
+)
 def test_graph_passes_keep_dynamic_programs_equal(name, sizes, target):
     text, fused = graph_passes(name, target)
     assert "fusion.group" in text and "?x" in text
