@@ -78,6 +78,12 @@ GPU_STAGES = ("correctness", "kernel_times", "fused_vs_cupy", "gemm", "sanitizer
 # Per result dtype, the normwise error allowed against the reference (max |d| / max |expected|).
 TOLERANCE = {"f32": 1e-4, "f64": 1e-9, "f16": 1e-2, "bf16": 2e-2}
 GEMM_SIZES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 1024, 4096))
+# Tensor-core GEMMs (docs/cuda-tensor-cores.md): the first run of mma.sync on a
+# device. (M, N, K, kind); tf32 is an f32 program compiled with allow_tf32.
+# Checked against an f32 product of the same inputs on the host, within
+# TENSOR_CORE_TOLERANCE; f16 timed against cuBLAS on the same f16 arrays.
+TENSOR_CORE_GEMMS = ((2048, 2048, 2048, "f16"), (2048, 2048, 2048, "bf16"), (2048, 2048, 2048, "tf32"))
+TENSOR_CORE_TOLERANCE = {"f16": 2e-3, "bf16": 1.6e-2, "tf32": 2e-3}
 TIMING_REPEATS = 20
 
 
@@ -172,13 +178,13 @@ def program_texts(random: int) -> list[tuple[str, str]]:
     return texts
 
 
-def build_one(name: str, text: str, arch: str, seed: int = 0) -> Built:
+def build_one(name: str, text: str, arch: str, seed: int = 0, allow_tf32: bool = False) -> Built:
     module = parse_module(text, name)
     verify(module)
     func = module.lookup("main") or module.functions()[0]
     rng = np.random.default_rng(seed)
     inputs = {arg.name_hint or f"arg{i}": random_input_with_shrunk_weights(t, rng) for i, (arg, t) in enumerate(zip(func.arguments, func.function_type.inputs))}
-    context = PassContext(diagnostics=DiagnosticEngine(), target=ARCH_HARDWARE.get(arch, "h200"))
+    context = PassContext(diagnostics=DiagnosticEngine(), target=ARCH_HARDWARE.get(arch, "h200"), allow_tf32=allow_tf32)
     cuda = lower_to_cuda(module, arch, context, filename=name)
     manifest = build_manifest(module, cuda, "kernels.cu", arch, func.sym_name)
     compile_checked(cuda, manifest.source, arch)
@@ -242,7 +248,11 @@ def validate_plan(check: Check) -> str:
     for pattern in gpu_bench.PATTERNS:
         gpu_bench.compile_pattern(pattern, "tiny", check.arch, np.random.default_rng(0))
     gemm_program(64, 64, 64, "f32")  # parses, so the GEMM stage's programs do
-    plan = {"stages": STAGE_BUDGETS_S, "total_budget_s": total, "programs": [b.name for b in check.built], "gpu_bench_patterns": [p.name for p in gpu_bench.PATTERNS], "gemm_sizes": GEMM_SIZES}
+    for m, n, k, kind in TENSOR_CORE_GEMMS:  # the tensor-core GEMMs build (NVRTC), on mma.sync
+        built = build_one(f"gemm_{kind}.ir", gemm_program(m, n, k, "f32" if kind == "tf32" else kind), check.arch, allow_tf32=kind == "tf32")
+        if f"fusecc_mma_{kind}(" not in built.source:
+            raise StageFailed(f"the {kind} GEMM does not run on tensor cores")
+    plan = {"stages": STAGE_BUDGETS_S, "total_budget_s": total, "programs": [b.name for b in check.built], "gpu_bench_patterns": [p.name for p in gpu_bench.PATTERNS], "gemm_sizes": GEMM_SIZES, "tensor_core_gemms": TENSOR_CORE_GEMMS}
     check.write("plan.json", plan)
     return f"{len(STAGE_BUDGETS_S)} stages in {total:.0f} s of {TOTAL_BUDGET_S:.0f}; {len(check.built)} programs, {len(gpu_bench.PATTERNS)} gpu_bench patterns, {len(GEMM_SIZES)} GEMMs"
 
@@ -388,6 +398,7 @@ def gemm_program(m: int, n: int, k: int, dtype: str) -> str:
 def gemm(check: Check, deadline: float) -> str:
     cupy, runtime = check.runtime.cp, check.runtime
     rows = []
+    failed = tensor_core_gemms(check, deadline, rows)  # first: the first mma.sync on a device matters more than f32 timings
     for m, n, k in GEMM_SIZES:
         if time.perf_counter() > deadline:
             rows.append({"shape": [m, n, k], "skipped": "over the stage budget"})
@@ -407,7 +418,46 @@ def gemm(check: Check, deadline: float) -> str:
         rows.append({"shape": [m, n, k], "dtype": "f32", "error_vs_cublas": error, "fusecc_tflops": flops / ours / 1e12, "cublas_tflops": flops / cublas / 1e12, "fusecc_ms": ours * 1e3, "cublas_ms": cublas * 1e3})
         check.write("gemm.json", rows)
     check.write("gemm.json", rows)
-    return ", ".join(f"{r['shape']}: {r['fusecc_tflops']:.1f} vs cuBLAS {r['cublas_tflops']:.1f} TFLOP/s" for r in rows if "fusecc_tflops" in r)
+    text = ", ".join(f"{r['shape']} {r['dtype']}: {r['fusecc_tflops']:.1f} vs cuBLAS {r['cublas_tflops']:.1f} TFLOP/s" for r in rows if "cublas_tflops" in r)
+    text += "; " + ", ".join(f"{r['dtype']} {r['shape']}: {r['fusecc_tflops']:.1f} TFLOP/s, error {r['error_vs_f32']:.1e}" for r in rows if "error_vs_f32" in r)
+    if failed:
+        raise StageFailed(text + "; over the tolerance: " + ", ".join(failed))
+    return text
+
+
+def tensor_core_gemms(check: Check, deadline: float, rows: list) -> list[str]:
+    """TENSOR_CORE_GEMMS: error against the host's f32 product of the same
+    inputs, TFLOP/s (f16 also cuBLAS's on the same arrays). Returns the
+    kinds over TENSOR_CORE_TOLERANCE."""
+    cupy, runtime = check.runtime.cp, check.runtime
+    failed = []
+    for m, n, k, kind in TENSOR_CORE_GEMMS:
+        if time.perf_counter() > deadline:
+            rows.append({"shape": [m, n, k], "dtype": kind, "skipped": "over the stage budget"})
+            continue
+        built = build_one(f"gemm_{kind}_{m}x{n}x{k}.ir", gemm_program(m, n, k, "f32" if kind == "tf32" else kind), runtime.arch, allow_tf32=kind == "tf32")
+        program = runtime.prepare(built.manifest, built.source)
+        got = program(built.inputs)[built.manifest.outputs[0].name]
+        a, b = (np.asarray(built.inputs[s.name], dtype=np.float32) for s in built.manifest.inputs)
+        error = normwise_error(got, a @ b)
+        program.capture_graph()
+        flops = 2.0 * m * n * k
+        row = {"shape": [m, n, k], "dtype": kind, "error_vs_f32": error, "tolerance": TENSOR_CORE_TOLERANCE[kind]}
+        with runtime.device:
+            timed = {"fusecc": program.launch}
+            if kind == "f16":
+                da, db = (program.bound.tensors[s.name] for s in built.manifest.inputs)
+                graph, _ = gpu_bench.capture(runtime.stream, lambda: cupy.matmul(da, db))
+                timed["cublas"] = lambda: graph.launch(runtime.stream)
+            times = gpu_bench.interleaved_gpu_times(cupy, runtime.stream, timed, TIMING_REPEATS)
+        row["fusecc_tflops"] = flops / float(np.median(times["fusecc"])) / 1e12
+        if "cublas" in times:
+            row["cublas_tflops"] = flops / float(np.median(times["cublas"])) / 1e12
+        rows.append(row)
+        check.write("gemm.json", rows)
+        if not error <= TENSOR_CORE_TOLERANCE[kind]:
+            failed.append(f"{kind} {m}x{n}x{k}: {error:.1e}")
+    return failed
 
 
 def sanitizer(check: Check, deadline: float) -> str:
