@@ -28,7 +28,7 @@ from fusecc.dialects import loop
 from fusecc.dialects.loop import ShapeMismatch, concrete_type, evaluate_size
 from fusecc.passes.backends.llvm.emit import written_arguments
 from fusecc.runtime.cpu.buffers import aligned_empty, aligned_zeros
-from fusecc.runtime.cpu.load_time import load_time_launches
+from fusecc.runtime.cpu.load_time import argument_uses, load_time_launches
 from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffer
 from fusecc.runtime.reference import InterpreterError
 
@@ -68,9 +68,7 @@ class DynamicSchedulePlan:
         self.inputs = [(arg.type, storage_dtype(arg.type), arg.type.element_type not in (bf16, f64)) for arg in schedule.input_args]
         self.constants: dict[Value, np.ndarray] = {}
         self.packed: dict[Value, np.ndarray] = {}
-        at_load = {
-            op: targets for op, targets in load_time_launches(schedule).items() if not any(v.type.has_dynamic_shape for v in op.operands)
-        }
+        at_load = self._launches_at_load(schedule)
         for op in schedule.body:
             if isinstance(op, loop.ConstantOp):
                 t = op.result.type
@@ -104,17 +102,32 @@ class DynamicSchedulePlan:
         self.load_launches = len(at_load)
         self._run_at_load(at_load)
 
+    def _launches_at_load(self, schedule: loop.ScheduleOp) -> dict:
+        """load_time.py's launches (packing a constant weight) whose work does
+        not depend on the dims: every argument they read or write is static
+        and so is their worker extent. Others run per call."""
+        found = {}
+        for op, targets in load_time_launches(schedule).items():
+            read, written = argument_uses(op.resolve())
+            static = all(not op.operands[i].type.has_dynamic_shape for i in read | written)
+            if static and isinstance(self.program.kernels[op.kernel_name].abi.worker_extent, int):
+                found[op] = targets
+        return found
+
     def _run_at_load(self, at_load) -> None:
         for op in at_load:
             kernel = self.program.kernels[op.kernel_name]
             spare = []
-            args = []
+            values = []
             for v in op.operands:
                 buffer = self.constants.get(_root(v)) if _root(v) in self.constants else self.packed.get(v)
-                if buffer is None:  # an argument the launch does not touch
-                    buffer = aligned_zeros(max(1, v.type.byte_size))
+                t = v.type
+                if buffer is None:  # an argument the launch does not touch (say, the group's `?`-sized input)
+                    t = t.with_sizes(1 for _ in t.dynamic_axes)
+                    buffer = aligned_zeros(max(1, t.byte_size))
                     spare.append(buffer)
-                args.append(buffer.ctypes.data)
+                values.append((buffer.ctypes.data, t))
+            args = kernel_arguments(kernel.abi.params, values)
             self.program.pool.run(kernel.function, args, kernel.abi.worker_extent, kernel.abi.work_per_iteration)
 
     # --- binding -----------------------------------------------------------------

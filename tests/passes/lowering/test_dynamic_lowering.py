@@ -4,6 +4,7 @@ among them) against the reference interpreter, without recompiling."""
 
 from __future__ import annotations
 
+import math
 import pathlib
 
 import numpy as np
@@ -164,3 +165,30 @@ def test_dims_only_the_run_can_compare_are_checked_once_per_call_at_the_op(tmp_p
     with pytest.raises(fusecc.InputError, match=message):
         program(x=x, y=x[:3])
     assert program.stats.compilations == 1
+
+
+def test_a_constant_weight_is_packed_once_at_load_not_per_call(tmp_path):
+    from fusecc.compiler import attributes as A
+    from fusecc.compiler.types import TensorType, f32
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 48)).astype(np.float32)
+    body = A.dense(weight, TensorType((64, 48), f32)).format_body()
+    path = tmp_path / "weights.ir"
+    path.write_text(
+        f"""func.func @main(%x: tensor<?x?x64xf32>) -> tensor<?x?x48xf32> attributes {{fusecc.dims = [["B", "S"]]}} {{
+  %w = tensor.constant {{value = dense<{body}> : tensor<64x48xf32>}} : () -> tensor<64x48xf32>
+  %0 = tensor.matmul %x, %w : (tensor<?x?x64xf32>, tensor<64x48xf32>) -> tensor<?x?x48xf32>
+  %1 = tensor.gelu %0 : (tensor<?x?x48xf32>) -> tensor<?x?x48xf32>
+  func.return %1 : tensor<?x?x48xf32>
+}}
+"""
+    )
+    program = fusecc.compile(str(path), target="cpu")
+    # the pack kernel reads only the weight (the ?-sized x is an untouched argument)
+    assert program._compiled.prepare(program.entry).load_launches == 1
+    for batch, seq in [(1, 1), (3, 7), (2, 130)]:
+        x = rng.standard_normal((batch, seq, 64)).astype(np.float32)
+        product = (x @ weight).astype(np.float64)
+        expected = 0.5 * product * (1 + np.vectorize(math.erf)(product / math.sqrt(2)))
+        np.testing.assert_allclose(program(x=x)["result0"], expected, rtol=1e-4, atol=1e-4)
