@@ -344,14 +344,16 @@ def _frozen_array(t: torch.Tensor) -> np.ndarray:
     return tensor_array(t, "a frozen weight").copy()
 
 
-def from_torch(module: torch.nn.Module, example_inputs, strict: bool = False):
+def from_torch(module: torch.nn.Module, example_inputs, strict: bool = False, dynamic_shapes=None):
     """`module` traced by `torch.export` at `example_inputs`' shapes -> a
     tensor-IR Module (pass it to fusecc.compile or fusecc.save_module).
+    `dynamic_shapes` (torch.export's, e.g. {"x": {0: torch.export.Dim("batch")}})
+    makes those dims `?` dims of the program, which then runs at every size.
     Raises `fusecc.frontends.torch.Unsupported` (a UsageError) naming the
     op types fusecc lacks, with the first one's place in the source."""
     from fusecc.frontends.torch import import_exported
 
-    program = torch.export.export(module, tuple(example_inputs), strict=strict)
+    program = torch.export.export(module, tuple(example_inputs), strict=strict, dynamic_shapes=dynamic_shapes)
     return import_exported(program).module
 
 

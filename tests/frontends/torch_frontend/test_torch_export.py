@@ -49,6 +49,17 @@ def test_mlp_weights_become_named_resources(tmp_path):
     torch.testing.assert_close(run(reread, x)[0], expected, rtol=RTOL, atol=ATOL)
 
 
+def test_dynamic_shapes_of_an_export_are_dynamic_dims_of_the_program():
+    model = MLP().eval()
+    module = fusecc.from_torch(model, (torch.randn(4, 32),), dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    assert str(module.lookup("main").arguments[0].type) == "tensor<?x32xf32>"
+    program = fusecc.compile(module, target="cpu")
+    with torch.no_grad():
+        for batch in (1, 3, 9):
+            x = torch.randn(batch, 32)
+            torch.testing.assert_close(torch.from_numpy(next(iter(program(x.numpy()).values()))), model(x), rtol=RTOL, atol=ATOL)
+
+
 def test_decoder_block_on_the_reference_and_cpu():
     model, x = DecoderBlock().eval(), torch.randn(1, 8, 64)
     module = fusecc.from_torch(model, (x,))
