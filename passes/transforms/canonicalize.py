@@ -106,8 +106,8 @@ def make_folder(max_fold_elements: int):
             return apply_fold_result(op, folded, rewriter)
         if not op.operands or any(c is None for c in constants) or not hasattr(op, "evaluate"):
             return False
-        if not all(isinstance(t, TensorType) for t in op.result_types):
-            return False
+        if not all(isinstance(t, TensorType) and t.is_static for t in op.result_types):
+            return False  # a `?`-sized result has no constant to fold into
         small = all(t.num_elements <= max_fold_elements for t in op.result_types)
         cheap_splat = all(c.is_splat for c in constants) and any(op.has_trait(t) for t in (Elementwise, Injective, Reduction))
         if not (small or cheap_splat):

