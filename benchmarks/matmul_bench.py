@@ -11,7 +11,9 @@ it as OpenBLAS's sgemm then elementwise passes (bias add, GELU-erf through
 scipy.special.erf when installed, else the tanh form), each a pass over memory.
 
 fusecc's time is the sum of the program's kernel launches per call (the
-executor's profile). The weights and the bias are constants of the program
+executor's profile); on 1 thread also the calling thread's CPU time per call
+(time.thread_time; numpy's OpenBLAS runs there too with 1 thread), which a
+busy shared machine inflates less. The weights and the bias are constants of the program
 (`dense_resource`s in a safetensors file beside it), as a model's are, so
 B's pack kernel runs once at load (runtime/cpu/load_time.py) and is not in
 the per-call time; x is the argument. numpy's
@@ -61,7 +63,10 @@ def program(m: int, k: int, n: int, epilogue: bool) -> str:
             f"    %y = tensor.gelu %a : ({y}) -> {y}\n    func.return %y : {y}\n  }}\n}}\n")
 
 
-def fusecc_seconds(m, k, n, epilogue, threads, reps) -> tuple[list[float], list[str]]:
+def fusecc_seconds(m, k, n, epilogue, threads, reps, cpu: list | None = None) -> tuple[list[float], list[str]]:
+    """Per-call kernel seconds (the profile's launches) and the kernel names;
+    with `cpu` (1 thread: the kernels run on the calling thread), that
+    thread's CPU seconds per unprofiled call are appended to it too."""
     import fusecc
     import safetensors.numpy
 
@@ -81,6 +86,10 @@ def fusecc_seconds(m, k, n, epilogue, threads, reps) -> tuple[list[float], list[
         compiled.run(inputs, prog.entry, profile=profile)
         names = [name for name, _ in profile]
         times.append(sum(s for _, s in profile))
+        if cpu is not None:
+            start = time.thread_time()
+            compiled.run(inputs, prog.entry)
+            cpu.append(time.thread_time() - start)
     return times, names
 
 
@@ -97,7 +106,7 @@ def numpy_child(rows, reps) -> dict:
         def gelu(a):
             return 0.5 * a * (1.0 + np.tanh(np.float32(0.7978845608) * (a + np.float32(0.044715) * a * a * a)))
     rng = np.random.default_rng(0)
-    out = {"gelu": gelu_form, "times": {}}
+    out = {"gelu": gelu_form, "times": {}, "cpu": {}}
     for name, m, k, n in rows:
         x = (0.1 * rng.standard_normal((m, k))).astype(np.float32)
         w = (0.1 * rng.standard_normal((k, n))).astype(np.float32)
@@ -107,12 +116,14 @@ def numpy_child(rows, reps) -> dict:
                 y = x @ w
                 return gelu(y + b) if epilogue else y
             run()
-            times = []
+            times, cpu = [], []
             for _ in range(reps):
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.thread_time()
                 run()
                 times.append(time.perf_counter() - start)
+                cpu.append(time.thread_time() - cpu_start)
             out["times"][f"{name}|{m}|{epilogue}"] = times
+            out["cpu"][f"{name}|{m}|{epilogue}"] = cpu
     return out
 
 
@@ -136,22 +147,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = shapes(args.quick)
     results = []
-    print("| shape | M×K×N | epilogue | threads | fusecc GFLOP/s (range) | numpy GFLOP/s (range) | numpy / fusecc time | fusecc kernels |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | M×K×N | epilogue | threads | fusecc GFLOP/s (range) | numpy GFLOP/s (range) | numpy / fusecc time "
+          "| CPU time: fusecc GFLOP/s | CPU time: numpy GFLOP/s | CPU time: numpy / fusecc | fusecc kernels |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for threads in (int(t) for t in args.threads.split(",")):
         reference = numpy_seconds(rows, threads, args.reps)
         for name, m, k, n in rows:
             for epilogue in (False, True):
-                ours, kernels = fusecc_seconds(m, k, n, epilogue, threads, args.reps)
+                ours_cpu: list | None = [] if threads == 1 else None
+                ours, kernels = fusecc_seconds(m, k, n, epilogue, threads, args.reps, ours_cpu)
                 theirs = reference["times"][f"{name}|{m}|{epilogue}"]
+                theirs_cpu = reference["cpu"][f"{name}|{m}|{epilogue}"]
                 flops = 2.0 * m * k * n
                 rate = lambda ts: (flops / statistics.median(ts) / 1e9, flops / max(ts) / 1e9, flops / min(ts) / 1e9)  # noqa: E731
                 row = {"shape": name, "m": m, "k": k, "n": n, "epilogue": epilogue, "threads": threads, "fusecc_s": ours, "numpy_s": theirs,
                        "kernels": kernels, "numpy_gelu": reference["gelu"], "speedup": statistics.median(theirs) / statistics.median(ours)}
+                cpu_text = "— | — | —"
+                if ours_cpu:  # 1 thread: both computed on the calling thread
+                    row.update(fusecc_cpu_s=ours_cpu, numpy_cpu_s=theirs_cpu, cpu_speedup=statistics.median(theirs_cpu) / statistics.median(ours_cpu))
+                    fc, oc = rate(ours_cpu), rate(theirs_cpu)
+                    cpu_text = f"{fc[0]:.0f} ({fc[1]:.0f}–{fc[2]:.0f}) | {oc[0]:.0f} ({oc[1]:.0f}–{oc[2]:.0f}) | {row['cpu_speedup']:.2f}"
                 results.append(row)
                 f, o = rate(ours), rate(theirs)
                 print(f"| {name} | {m}×{k}×{n} | {'bias+GELU' if epilogue else '—'} | {threads} | {f[0]:.0f} ({f[1]:.0f}–{f[2]:.0f}) | "
-                      f"{o[0]:.0f} ({o[1]:.0f}–{o[2]:.0f}) | {row['speedup']:.2f} | {len(kernels)} |", flush=True)
+                      f"{o[0]:.0f} ({o[1]:.0f}–{o[2]:.0f}) | {row['speedup']:.2f} | {cpu_text} | {len(kernels)} |", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"reps": args.reps, "rows": results}, indent=1) + "\n")
     print(f"wrote {args.json}")

@@ -22,7 +22,11 @@ onnxruntime intra_op_num_threads=N, inter_op 1, ORT_ENABLE_ALL, run twice
 torch.set_num_threads(N). Each round runs the contenders in a rotating order,
 each for about `--round-seconds`; a row gives each contender's median time
 per call and the median of the per-round ratios fusecc / contender with
-their range. Outputs are checked against onnxruntime once per row (1e-4 of
+their range. On 1 thread every contender computes on the calling thread,
+so each round also records that thread's CPU time (time.thread_time):
+on a machine shared with other work, wall time includes the time the
+thread waited for a core and CPU time does not; the table gives both
+ratios. Outputs are checked against onnxruntime once per row (1e-4 of
 the output's scale). Times are never asserted anywhere.
 """
 
@@ -163,7 +167,9 @@ def check_agreement(contenders: dict) -> dict[str, float]:
     return errors
 
 
-def time_rounds(contenders: dict, rounds: int, round_seconds: float) -> dict[str, list[float]]:
+def time_rounds(contenders: dict, rounds: int, round_seconds: float, cpu_times: dict | None = None) -> dict[str, list[float]]:
+    """Per-call wall seconds per round; with `cpu_times`, the calling
+    thread's CPU seconds per call per round go there too."""
     names = list(contenders)
     calls = {}
     for name in names:  # warm-up, and how many calls make a round
@@ -174,21 +180,33 @@ def time_rounds(contenders: dict, rounds: int, round_seconds: float) -> dict[str
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             run, n = contenders[name], calls[name]
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             for _ in range(n):
                 run()
             times[name].append((time.perf_counter() - start) / n)
+            if cpu_times is not None:
+                cpu_times.setdefault(name, []).append((time.thread_time() - cpu_start) / n)
     return times
 
 
-def summarise(times: dict[str, list[float]]) -> dict:
+def ratios(times: dict[str, list[float]]) -> tuple[str, dict]:
+    """The onnxruntime setting with the lower median, and the per-round
+    ratios fusecc / contender (median, range) against it and torch."""
     ort_name = min(("ort-spinoff", "ort-spinon"), key=lambda n: statistics.median(times[n]))
-    row = {"ms": {n: 1e3 * statistics.median(t) for n, t in times.items()}, "ort_counted": ort_name, "ratios": {}}
+    out = {}
     for other in (ort_name, "torch"):
         if other in times:
             per_round = [f / o for f, o in zip(times["fusecc"], times[other])]
-            row["ratios"]["ort" if other == ort_name else "torch"] = {
-                "median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)}
+            out["ort" if other == ort_name else "torch"] = {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)}
+    return ort_name, out
+
+
+def summarise(times: dict[str, list[float]], cpu_times: dict[str, list[float]] | None = None) -> dict:
+    ort_name, wall = ratios(times)
+    row = {"ms": {n: 1e3 * statistics.median(t) for n, t in times.items()}, "ort_counted": ort_name, "ratios": wall}
+    if cpu_times:
+        row["cpu_ms"] = {n: 1e3 * statistics.median(t) for n, t in cpu_times.items()}
+        row["cpu_ratios"] = ratios(cpu_times)[1]
     return row
 
 
@@ -198,14 +216,16 @@ def ratio_text(r: dict | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | B | S | threads | fusecc ms | onnxruntime ms (spin) | torch ms | fusecc / ORT | fusecc / torch | kernels |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | B | S | threads | fusecc ms | onnxruntime ms (spin) | torch ms | fusecc / ORT | fusecc / torch "
+             "| CPU time: fusecc / ORT | CPU time: fusecc / torch | kernels |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ms = row["ms"]
         ort = f"{ms[row['ort_counted']]:.1f} ({row['ort_counted'].removeprefix('ort-spin')})"
         torch_ms = f"{ms['torch']:.1f}" if "torch" in ms else "—"
         lines.append(f"| {row['model']} | {row['batch']} | {row['seq']} | {row['threads']} | {ms['fusecc']:.1f} | {ort} | {torch_ms} | "
-                     f"{ratio_text(row['ratios'].get('ort'))} | {ratio_text(row['ratios'].get('torch'))} | {row['kernels']} |")
+                     f"{ratio_text(row['ratios'].get('ort'))} | {ratio_text(row['ratios'].get('torch'))} | "
+                     f"{ratio_text(row.get('cpu_ratios', {}).get('ort'))} | {ratio_text(row.get('cpu_ratios', {}).get('torch'))} | {row['kernels']} |")
     return "\n".join(lines)
 
 
@@ -262,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.dry_run:
                         continue
                     row = {"model": name, "batch": batch, "seq": seq, "threads": n, "kernels": len(program.kernels), "errors": errors}
-                    row.update(summarise(time_rounds(contenders, rounds, args.round_seconds)))
+                    cpu_times: dict | None = {} if n == 1 else None  # one thread: every contender computes on this one
+                    row.update(summarise(time_rounds(contenders, rounds, args.round_seconds, cpu_times), cpu_times))
                     rows.append(row)
                     print(table([row]).splitlines()[-1], flush=True)
     if args.dry_run:

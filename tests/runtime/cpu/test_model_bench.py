@@ -34,6 +34,16 @@ def test_summary_takes_the_better_onnxruntime_setting_and_per_round_ratios():
     assert row["ort_counted"] == "ort-spinoff"
     assert row["ratios"]["ort"] == {"median": 3.0, "min": 2.0, "max": 4.0}
     assert row["ratios"]["torch"] == {"median": 1.0, "min": 0.5, "max": 2.0}
+    assert "cpu_ratios" not in row
+
+
+def test_summary_gives_cpu_time_ratios_when_recorded():
+    times = {"fusecc": [2.0, 3.0, 4.0], "ort-spinoff": [1.0, 1.0, 1.0], "ort-spinon": [2.0, 2.0, 2.0]}
+    cpu = {"fusecc": [1.0, 1.0, 2.0], "ort-spinoff": [2.0, 2.0, 2.0], "ort-spinon": [1.0, 1.0, 1.0]}
+    row = model_bench.summarise(times, cpu)
+    assert row["ort_counted"] == "ort-spinoff" and row["cpu_ms"]["fusecc"] == 1000.0
+    assert row["cpu_ratios"]["ort"] == {"median": 1.0, "min": 1.0, "max": 2.0}  # against the setting with less CPU time
+    assert "| 1.00× (1.00–2.00) |" in model_bench.table([{**row, "model": "m", "batch": 1, "seq": 8, "threads": 1, "kernels": 3}])
 
 
 def test_matmul_bench_programs_compile_and_run_with_and_without_the_epilogue():
