@@ -58,8 +58,8 @@ def _prepare(module: Operation, target: str, engine: DiagnosticEngine) -> None:
     run_pipeline(before_fuse, module, PassContext(diagnostics=engine, target=target))
 
 
-def _fuse(module: Operation, target: str, engine: DiagnosticEngine, enabled=PHASES) -> tuple[Hardware, Totals, FusionResult]:
-    hw = hardware(target)
+def _fuse(module: Operation, target: str, engine: DiagnosticEngine, enabled=PHASES, allow_tf32: bool = False) -> tuple[Hardware, Totals, FusionResult]:
+    hw = hardware(target).with_tf32(allow_tf32)
     _prepare(module, target, engine)
     before = unfused_totals(module, hw)
     result = fuse_module(module, hw, enabled)
@@ -86,10 +86,11 @@ def fused_totals(groups, hw: Hardware) -> tuple[Totals, list[cm.GroupCost]]:
     return totals, costs
 
 
-def report_data(module: Operation, target: str, engine: DiagnosticEngine, enabled=PHASES) -> dict:
+def report_data(module: Operation, target: str, engine: DiagnosticEngine, enabled=PHASES, allow_tf32: bool = False) -> dict:
     """The report of `module`, which is left fused (with the fusion kinds
-    `enabled`; none gives one group per op, the unfused program)."""
-    hw, before, result = _fuse(module, target, engine, enabled)
+    `enabled`; none gives one group per op, the unfused program; f32
+    matmuls on TF32 tensor cores where `allow_tf32`)."""
+    hw, before, result = _fuse(module, target, engine, enabled, allow_tf32)
     after, costs = fused_totals(result.groups, hw)
     group_of = {op: g for g in result.groups for op in g.body_ops()}
     rows = []
@@ -168,7 +169,7 @@ def gpu_columns(cost: cm.GroupCost) -> dict:
         "roofline_seconds": cost.roofline_seconds,
         "roofline_ratio": t.kernel_seconds / cost.roofline_seconds if cost.roofline_seconds else None,
         "bound": t.bound,
-        "unit": "tensor" if work.tensor_flops else "fma",
+        "unit": work.tensor_unit if work.tensor_flops else "fma",
         "memory_seconds": t.memory_seconds,
         "compute_seconds": t.compute_seconds,
         "shared_seconds": t.shared_seconds,
@@ -288,8 +289,8 @@ def format_roofline(data: dict) -> list[str]:
     return lines
 
 
-def report(module: Operation, target: str, as_json: bool = False, engine: DiagnosticEngine | None = None) -> str:
-    data = report_data(module, target, engine or DiagnosticEngine())
+def report(module: Operation, target: str, as_json: bool = False, engine: DiagnosticEngine | None = None, allow_tf32: bool = False) -> str:
+    data = report_data(module, target, engine or DiagnosticEngine(), allow_tf32=allow_tf32)
     return json.dumps(data, indent=2) + "\n" if as_json else format_report(data)
 
 

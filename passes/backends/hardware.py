@@ -9,7 +9,7 @@ hard-codes a hardware number.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Hardware:
     peak_tf32_flops: float = 0.0
     clock_hz: float = 0.0  # boost clock: shared memory serves 32 banks x 4 B per clock per SM
     memory_latency: float = 0.0  # seconds from a global load's issue to its data (DRAM, L2 miss)
+    tf32_matmuls: bool = False  # f32 matmuls may run on TF32 tensor cores (--allow-tf32; `with_tf32`)
 
     @property
     def shared_bandwidth(self) -> float:
@@ -77,6 +78,12 @@ class Hardware:
     @property
     def is_gpu(self) -> bool:
         return self.kind == "gpu"
+
+    def with_tf32(self, allowed: bool = True) -> "Hardware":
+        """This hardware with f32 matmuls on TF32 tensor cores allowed (a GPU
+        with a TF32 unit) or not: what `--allow-tf32` changes for the passes."""
+        allowed = allowed and self.is_gpu and self.peak_tf32_flops > 0
+        return self if allowed == self.tf32_matmuls else replace(self, tf32_matmuls=allowed)
 
 
 H200 = Hardware(
@@ -199,11 +206,13 @@ def hardware(name: str) -> Hardware:
 
 def pass_hardware(p, op, context) -> Hardware:
     """The hardware a pass targets, resolved the same way in every pass: its
-    `target` option, else the context's (`Pass.option`); an unknown name is
-    an error located at `op` that names the pass."""
+    `target` option, else the context's (`Pass.option`), with TF32 matmuls
+    where the context allows them; an unknown name is an error located at
+    `op` that names the pass."""
     from fusecc.compiler.diagnostics import error
 
     try:
-        return hardware(p.option("target", context))
+        found = hardware(p.option("target", context))
     except ValueError as exc:
         raise error(op.location, f"pass '{p.name}': {exc}") from None
+    return found.with_tf32(bool(getattr(context, "allow_tf32", False)))

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from fusecc.passes.backends.hardware import Hardware
-from fusecc.passes.fusion.gpu_kernels import gpu_launch_and_shared
+from fusecc.passes.fusion.gpu_kernels import gpu_launch_and_shared, split_kv_bytes
 from fusecc.passes.fusion.gpu_time import GpuLaunch, GpuTime, GpuWork, gpu_kernel_time, roofline_seconds
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, ConstantLike, Contraction, Elementwise, Injective, Reduction
@@ -202,21 +202,62 @@ def is_float16(value: Value) -> bool:
     return isinstance(t, TensorType) and t.element_type.name in ("f16", "bf16")
 
 
-def op_flops(op: Operation) -> tuple[float, float]:
-    """(flops on tensor-core-able work, other flops) for one evaluation of `op`."""
+# sm_80 (A100) brought f16/bf16/TF32 mma.sync with f32 accumulators.
+MMA_MIN_SM = 80
+
+
+# The tensor-core attention template keeps Q fragments, S and O in registers
+# up to this head dimension (lowering/attention_mma.py MAX_HEAD_DIM; a test
+# checks the two rules agree).
+MMA_MAX_HEAD_DIM = 128
+
+
+def contraction_unit(op: Operation, hardware: Hardware) -> str:
+    """Where a contraction's multiply-adds run, as the templates choose
+    (lowering/matmul_mma.py `mma_kind`, attention_mma.py `attention_mma_kind`):
+    "tensor" for a GPU matmul of two f16 or two bf16 operands, or an
+    attention whose q, k, v are all f16 or all bf16 with heads of at most
+    128, on sm_80+; "tf32" for a matmul of two f32 operands where TF32 is
+    allowed (`--allow-tf32`); else "fma" (and every CPU kernel)."""
+    if not hardware.is_gpu or not hardware.arch.startswith("sm_") or int(hardware.arch[3:]) < MMA_MIN_SM:
+        return "fma"
+    if is_attention(op):
+        q, k, v = op.operands[:3]
+        types = {x.type.element_type.name for x in (q, k, v)}
+        heads_fit = 0 < q.type.shape[-1] <= MMA_MAX_HEAD_DIM and 0 < v.type.shape[-1] <= MMA_MAX_HEAD_DIM
+        return "tensor" if len(types) == 1 and types <= {"f16", "bf16"} and heads_fit else "fma"
+    if not op.has_trait(Contraction):
+        return "fma"
+    a, b = (v.type.element_type for v in op.operands[:2])
+    if a is not b:
+        return "fma"
+    if a.name in ("f16", "bf16"):
+        return "tensor"
+    if a.name == "f32" and hardware.tf32_matmuls:
+        return "tf32"
+    return "fma"
+
+
+def unit_peak(unit: str, hardware: Hardware) -> float:
+    """FLOP/s of `contraction_unit`'s answer."""
+    return {"tensor": hardware.peak_tensor_flops, "tf32": hardware.peak_tf32_flops}.get(unit, hardware.peak_flops)
+
+
+def op_flops(op: Operation, hardware: Hardware) -> tuple[float, float]:
+    """(flops on tensor cores, other flops) for one evaluation of `op`."""
     if op.has_trait(Contraction):
         lhs, rhs = op.operands
         a = shape_of(lhs)
         k = a[-2] if op.attr("transpose_a") and len(a) >= 2 else a[-1]
         work = 2.0 * numel(op.result) * k
-        return (work, 0.0) if is_float16(op.result) else (0.0, work)
+        return (work, 0.0) if contraction_unit(op, hardware) != "fma" else (0.0, work)
     if is_attention(op):
         q, k, v = op.operands[:3]
         s, t, d, dv = shape_of(q)[-2], shape_of(k)[-2], shape_of(q)[-1], shape_of(v)[-1]
         batch = numel(op.result) // max(1, s * dv)
         matmuls = 2.0 * batch * s * t * (d + dv)
         softmax = 6.0 * batch * s * t
-        return (matmuls, softmax) if is_float16(op.result) else (0.0, matmuls + softmax)
+        return (matmuls, softmax) if contraction_unit(op, hardware) == "tensor" else (0.0, matmuls + softmax)
     if op.has_trait(Reduction):
         return 0.0, float(numel(op.operands[0]))
     return 0.0, flops_per_element(op) * numel(op.results[0]) if op.results else 0.0
@@ -323,13 +364,17 @@ def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
     bytes_written = sum(byte_size(v) for v in body.outputs)
     evals = _evaluations(body, kind, hardware)
     tensor_flops = other_flops = recomputed = 0.0
+    tensor_unit = "tensor"
     for op in body.ops:
-        core, other = op_flops(op)
+        core, other = op_flops(op, hardware)
+        if core:
+            tensor_unit = contraction_unit(op, hardware)
         own = numel(op.results[0]) if op.results else 1
         factor = evals.get(op, own) / max(1, own)
         tensor_flops += core
         other_flops += other * factor
         recomputed += other * (factor - 1)
+    tensor_peak = unit_peak(tensor_unit, hardware)
     dynamic = _has_dynamic_shape(body)
     if not dynamic:
         geometry = body_geometry(body, kind, hardware)
@@ -341,12 +386,12 @@ def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
     launch = work = gpu = roofline = None
     if hardware.is_gpu and not dynamic:
         rows = _row_elements(body)
-        launch, requests = gpu_launch_and_shared(body, kind, geometry, int(registers), int(shared), rows, hardware)
-        work = GpuWork(bytes_read + bytes_written, fma_flops=other_flops, tensor_flops=tensor_flops, tensor_peak=hardware.peak_tensor_flops, shared_requests=requests)
+        launch, requests = gpu_launch_and_shared(body, kind, geometry, int(registers), int(shared), rows, hardware, on_tensor_cores=tensor_flops > 0)
+        work = GpuWork(bytes_read + bytes_written + split_kv_bytes(body, geometry), fma_flops=other_flops, tensor_flops=tensor_flops, tensor_peak=tensor_peak, tensor_unit=tensor_unit, shared_requests=requests)
         gpu = gpu_kernel_time(launch, work, hardware)
         compute, time, roofline = gpu.compute_seconds, gpu.seconds, roofline_seconds(work, hardware)
     else:
-        compute = tensor_flops / hardware.peak_tensor_flops + other_flops / hardware.peak_flops
+        compute = tensor_flops / tensor_peak + other_flops / hardware.peak_flops
         memory = (bytes_read + bytes_written) / hardware.memory_bandwidth
         time = hardware.launch_overhead + max(compute, memory)
     return GroupCost(
@@ -402,7 +447,8 @@ def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_in
             bytes_read + bytes_written,
             fma_flops=sum(p.work.fma_flops for p in parts),
             tensor_flops=sum(p.work.tensor_flops for p in parts),
-            tensor_peak=hardware.peak_tensor_flops,
+            tensor_peak=next((p.work.tensor_peak for p in parts if p.work.tensor_flops), hardware.peak_tensor_flops),
+            tensor_unit=next((p.work.tensor_unit for p in parts if p.work.tensor_flops), "tensor"),
             shared_requests=sum(p.work.shared_requests for p in parts),
         )
         gpu = gpu_kernel_time(launch, work, hardware)

@@ -8,14 +8,21 @@ From the tiles the tiler chooses (`tiling/geometry.py`,
 * global bytes each thread has in flight: what it loads before it first
   uses any of it (a staged tile, an unrolled elementwise body);
 * warp-level shared-memory requests, counted from the template's loops:
-  - matmul, per block and BK step: each warp loads TM + TN fragment values
-    per k (scalar loads) and stores its share of the BM×BK and BK×BN tiles;
+  - matmul, per block and BK step: each warp loads its TM + TN fragment
+    values per k in vectors of up to four (`shared_requests_per_k`) and
+    stores its share of the BM×BK and BK×BN tiles;
   - attention, per block and BT-key step: each warp's loads are
     `contractions.attention_shared_requests` (R rows per thread share each
     key and value), and it stores its probabilities and its share of the K
     and V tiles; causal attention visits on average (S + BQ) / 2 keys of T;
+    split-KV blocks visit their range of keys, and a second launch
+    combines them (the partial results' traffic is `split_kv_bytes`);
   - elementwise and row kernels: none worth counting (a row kernel's
-    cross-warp partials are a few words per row).
+    cross-warp partials are a few words per row);
+  - matmuls and attention on tensor cores (lowering/matmul_mma.py,
+    attention_mma.py): not modelled yet, neither their fragment loads nor
+    their own tiles (the FMA template's grid stands in for theirs): they
+    are timed by their tensor-core flops and their bytes.
   The templates' padded tiles are conflict-free by design, so a request is
   one wavefront unless measured ways (`fusecc report --counters`) say otherwise.
 """
@@ -27,7 +34,7 @@ import math
 from fusecc.compiler.traits import Contraction
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.fusion.gpu_time import GpuLaunch
-from fusecc.passes.tiling.contractions import AttentionShape, AttentionTiles, GpuMatmulTiles, MatmulShape, attention_shared_requests
+from fusecc.passes.tiling.contractions import AttentionShape, AttentionTiles, GpuMatmulTiles, MatmulShape, attention_shared_requests, key_tiles_per_split, shared_requests_per_k
 from fusecc.passes.tiling.geometry import TileConfig, elements_per_thread
 from fusecc.passes.tiling.resources import KernelBody
 from fusecc.passes.tiling.shapes import ceil_div
@@ -44,7 +51,9 @@ def _largest_output(body: KernelBody) -> int:
     return max((v.type.num_elements for v in body.outputs if hasattr(v.type, "num_elements")), default=1)
 
 
-def gpu_launch_and_shared(body: KernelBody, kind: str, tiles: TileConfig, registers: int, shared_bytes: int, row_shape: tuple[int, int] | None, hardware: Hardware) -> tuple[GpuLaunch, float]:
+def gpu_launch_and_shared(
+    body: KernelBody, kind: str, tiles: TileConfig, registers: int, shared_bytes: int, row_shape: tuple[int, int] | None, hardware: Hardware, on_tensor_cores: bool = False
+) -> tuple[GpuLaunch, float]:
     """(the launch, its warp-level shared-memory requests) of the kernel that
     lowers `body` as a `kind` group with `tiles` (`row_shape`: a row
     kernel's rows and row length)."""
@@ -56,22 +65,24 @@ def gpu_launch_and_shared(body: KernelBody, kind: str, tiles: TileConfig, regist
         bm, bn = tiles.block
         bk = max(1, tiles.k)
         blocks = problem.batch_size * ceil_div(problem.m, bm) * ceil_div(problem.n, bn) * max(1, tiles.split)
-        tm, tn = GpuMatmulTiles(bm, bn, bk, threads).micro_tile
-        per_step = bk * (tm + tn) + ceil_div((bm + bn) * bk, threads)
-        requests = blocks * ceil_div(problem.k, bk * max(1, tiles.split)) * warps * per_step
+        per_step = bk * shared_requests_per_k(GpuMatmulTiles(bm, bn, bk, threads)) + ceil_div((bm + bn) * bk, threads)
+        requests = 0.0 if on_tensor_cores else blocks * ceil_div(problem.k, bk * max(1, tiles.split)) * warps * per_step
         in_flight = (bm + bn) * bk * WORD / threads
         return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight), requests
     if kind == "attention" and (op := _contraction(body, "tensor.attention")) is not None and len(tiles.block) == 2:
         problem = AttentionShape.of_op(op)
-        attention = AttentionTiles(*tiles.block, threads)
+        attention = AttentionTiles(*tiles.block, threads, max(1, tiles.split))
         bq, bt = tiles.block
-        blocks = problem.batch_size * ceil_div(problem.s, bq)
-        keys = problem.t if not problem.causal else min(problem.t, (problem.s + bq) / 2)
+        blocks = problem.batch_size * ceil_div(problem.s, bq) * attention.splits
+        keys = key_tiles_per_split(problem, attention) * bt
+        if problem.causal:
+            keys = min(keys, (problem.s + bq) / 2)
         loads, _ = attention_shared_requests(attention, problem)
         stores = attention.rows_per_thread * ceil_div(bt, attention.threads_per_row) + ceil_div(bt * (problem.d + problem.dv), threads)
-        requests = blocks * warps * (math.ceil(keys / bt) * (loads + stores) + ceil_div(bq * problem.d, threads))
+        requests = 0.0 if on_tensor_cores else blocks * warps * (math.ceil(keys / bt) * (loads + stores) + ceil_div(bq * problem.d, threads))
         in_flight = bt * (problem.d + problem.dv) * WORD / threads
-        return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight), requests
+        launches = 1 if attention.splits == 1 else 2
+        return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight, launches), requests
     if row_shape is not None and kind == "reduction":
         rows, length = row_shape
         split = max(1, tiles.split)
@@ -83,3 +94,14 @@ def gpu_launch_and_shared(body: KernelBody, kind: str, tiles: TileConfig, regist
     per_thread = elements_per_thread(tiles, hardware)
     blocks = ceil_div(_largest_output(body), threads * per_thread)
     return GpuLaunch(blocks, threads, registers, shared_bytes, WORD * inputs * per_thread), 0.0
+
+
+def split_kv_bytes(body: KernelBody, tiles: TileConfig) -> float:
+    """DRAM bytes split-KV adds: each split's row max, row sum and
+    unnormalised output, written by the partial kernel and read by the
+    combining one (0 without split-KV)."""
+    op = _contraction(body, "tensor.attention")
+    if op is None or tiles.split <= 1:
+        return 0.0
+    problem = AttentionShape.of_op(op)
+    return 2.0 * tiles.split * problem.batch_size * problem.s * (problem.dv + 2) * WORD

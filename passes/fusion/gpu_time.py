@@ -46,6 +46,7 @@ class GpuLaunch:
     registers: int  # per thread
     shared_bytes: int  # per block, static + dynamic
     bytes_in_flight_per_thread: float  # global bytes a thread issues before its first use of them
+    launches: int = 1  # kernels the template launches (split-KV: the partial and the combining one)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class GpuWork:
     fma_flops: float = 0.0  # on the FP32 FMA pipes
     tensor_flops: float = 0.0  # on tensor cores, at `tensor_peak`
     tensor_peak: float = 0.0  # FLOP/s of the tensor unit used (f16/bf16 or TF32)
+    tensor_unit: str = "tensor"  # which: "tensor" (f16/bf16 mma) or "tf32"
     shared_requests: float = 0.0  # warp-level shared-memory loads and stores
     conflict_ways: float = 1.0  # wavefronts per request (the template's layout, or measured)
 
@@ -128,7 +130,7 @@ def gpu_kernel_time(launch: GpuLaunch, work: GpuWork, hardware: Hardware) -> Gpu
         memory_seconds=memory,
         compute_seconds=compute,
         shared_seconds=shared,
-        launch_seconds=hardware.launch_overhead,
+        launch_seconds=launch.launches * hardware.launch_overhead,
     )
 
 

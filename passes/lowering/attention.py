@@ -11,21 +11,27 @@ running row maximum `m`, running sum `l` and the output accumulator `o` are
 rescaled by `exp(m_old - m_new)` and updated, so memory grows as O(S·D),
 never O(S·T) (the tiles below are BQ×D, BT×D, BT×Dv and BQ×BT).
 
-GPU, one block per (q tile of BQ rows, batch·head), TPR threads per q row:
+GPU (f32, or heads past the tensor-core template's; f16/bf16 go to
+attention_mma.py), one block per (q tile of BQ rows, batch·head); row
+groups of TPR = 8 lanes, each thread R = BQ·TPR/threads rows (g, g+G, ...)
+so that every key and value it loads from shared memory serves R rows:
 
     loop.parallel [S/BQ, batch] (block.x, block.y)
-      q_tile [BQ, D], k_tile [BT, D], v_tile [BT, Dv], p_tile [BQ, BT]: shared
-      loop.parallel [BQ * TPR] (thread.x)        -- row = t / TPR, lane = t % TPR
+      q_tile [BQ, D+1], k_tile [BT, D+1], v_tile [BT, Dv], p_tile [BQ, BT+pad]: shared
+      loop.parallel [BQ/R * TPR] (thread.x)   -- row group g = t / TPR, lane = t % TPR
         q_tile <- Q[q0 : q0+BQ]
-        (m, l, o[Dv/TPR]) = loop.for k0 in 0..kv_end step BT   -- causal: kv_end = min(T, q0+BQ)
+        (m[R], l[R], o[R][Dv/TPR]) = loop.for k0 in 0..kv_end step BT   -- causal: kv_end = min(T, q0+BQ)
           k_tile, v_tile <- K, V[k0 : k0+BT]; barrier
-          s_u = q_tile[row]·k_tile[lane + u·TPR] * scale + mask   (BT/TPR scores, registers)
+          s_iu = q_tile[row_i]·k_tile[lane + u·TPR] * scale + mask   (R × BT/TPR scores)
           causal / past-the-end keys -> -inf
-          m_new = max(m, max over the row's lanes (shuffle_xor)); alpha = exp(m - m_new)
-          p_u = exp(s_u - m_new); l = l·alpha + Σ p (shuffle_xor)
-          p_tile[row] <- p; barrier
-          o_w = o_w·alpha + Σ_j p_tile[row, j] · v_tile[j, lane + w·TPR]; barrier
-        epilogue(o_w / l) -> store
+          per row: m_new = max(m, max over the group's lanes (shuffle_xor)); alpha = exp(m - m_new)
+                   p = exp(s - m_new); l = l·alpha + Σ p (shuffle_xor); p_tile[row_i] <- p
+          barrier; o_iw = o_iw·alpha_i + Σ_j p_tile[row_i, j] · v_tile[j, lane + w·TPR]; barrier
+        epilogue(o / l) -> store (a row group's 8 lanes: 8 consecutive words)
+
+Split-KV (`tile.split` = Z > 1, where the query tiles leave SMs idle): the
+same kernel on grid [S/BQ, batch, Z] visits key range z and writes m, l, o
+to scratch; a second kernel combines the ranges (attention_split.py).
 
 CPU, one worker iteration per (batch·head, q tile of BQ rows), vector loops
 over keys and over the head dimension:
@@ -43,6 +49,8 @@ over keys and over the head dimension:
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
 from fusecc.compiler.types import MemRefType, f32
@@ -53,8 +61,9 @@ from fusecc.dialects.loop import GPU_BLOCK
 from fusecc.passes.lowering.dynamic_loops import is_dynamic
 from fusecc.passes.lowering.attention_mma import attention_mma_kind, lower_attention_mma
 from fusecc.passes.lowering.attention_scores import Scores, causal_order, kv_end
+from fusecc.passes.lowering.attention_split import lower_attention_split_kv, write_partials
 from fusecc.passes.lowering.epilogue import Epilogue
-from fusecc.passes.lowering.interface import Launch, LoweredGroup, template
+from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul import MAX_GRID_YZ, check_resources, the_only, tile_attribute
@@ -65,6 +74,7 @@ from fusecc.passes.tiling.contractions import (
     KernelResources,
     attention_row_pads,
     choose_attention_tiles,
+    key_tiles_per_split,
     gpu_attention_resources,
 )
 from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index
@@ -106,7 +116,9 @@ class AttentionProblem(AttentionShape):
 def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardware) -> AttentionTiles:
     """The group's `tile.block = [BQ, BT]` and `tile.threads` as the tiler
     set them; what it leaves out, the choosers above fill in."""
-    return choose_attention_tiles(problem, hardware, tile_attribute(group, "tile.block", None), tile_attribute(group, "tile.threads", None))
+    return choose_attention_tiles(
+        problem, hardware, tile_attribute(group, "tile.block", None), tile_attribute(group, "tile.threads", None), tile_attribute(group, "tile.split", None)
+    )
 
 
 def dynamic_attention_tiles(group: GroupOp, hardware: Hardware) -> AttentionTiles:
@@ -142,25 +154,33 @@ def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
         writer = lower_attention_mma(group, problem, kind, hardware)
         return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
     tiles = dynamic_attention_tiles(group, hardware) if is_dynamic(group) else attention_tiles(group, problem, hardware)
+    if hardware.is_gpu and tiles.splits > 1:
+        return lower_attention_split_kv(group, problem, tiles, hardware, lower_attention_gpu)
     writer = lower_attention_gpu(group, problem, tiles, hardware) if hardware.is_gpu else lower_attention_cpu(group, problem, tiles, hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 
 
-def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware) -> KernelWriter:
+def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware, partials: Sequence[MemRefType] = ()) -> KernelWriter:
+    """The flash-attention kernel; with `partials` (split-KV: the scratch
+    types of `attention_split.partial_types`), block z of `tiles.splits`
+    visits one range of key tiles and writes its row max, row sum and
+    unnormalised output there instead of the output."""
     check_gpu_attention_tiles(tiles, problem, hardware)
-    w = KernelWriter(group, hardware)
-    epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
+    split = bool(partials)
+    w = KernelWriter(group, hardware, f"{kernel_name(group)}_partial", partials, with_outputs=False) if split else KernelWriter(group, hardware)
+    epilogue = None if split else Epilogue(group, problem.op.result, w.outputs, "attention")
     im, s = w.im, w.s
     bq, bt, threads, tpr, rows = tiles.block_q, tiles.block_t, tiles.threads, tiles.threads_per_row, tiles.rows_per_thread
     row_groups = threads // tpr
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     scores_per_row, outputs_per_row = bt // tpr, ceil_div(Dv, tpr)
     q_pad, k_pad, p_pad = attention_row_pads(tiles)
-    grid = [ceil_div(S, bq)] + ([problem.batch_size] if problem.batch_size > 1 else [])
+    grid = [ceil_div(S, bq)] + ([problem.batch_size] if problem.batch_size > 1 or split else []) + ([tiles.splits] if split else [])
     if any(g > MAX_GRID_YZ for g in grid[1:]):
-        raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y")
+        raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z")
+    keys_per_split = key_tiles_per_split(problem, tiles) * bt
 
-    def block(q_block: Value, batch: Value | None = None) -> None:
+    def block(q_block: Value, batch: Value | None = None, part: Value | None = None) -> None:
         # Padded rows: the rows a warp touches at once fall into different banks.
         q_tile = w.alloc(MemRefType([bq, D + q_pad], f32, "shared"), "q_tile")
         k_tile = w.alloc(MemRefType([bt, D + k_pad], f32, "shared"), "k_tile")
@@ -168,7 +188,10 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
         p_tile = w.alloc(MemRefType([bq, bt + p_pad], f32, "shared"), "p_tile")
         q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(bq))
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
-        end = kv_end(w, problem, im.add(q0, im.const(bq)))
+        begin, end = 0, kv_end(w, problem, im.add(q0, im.const(bq)))
+        if split:  # this block's range of key tiles (empty past a causal diagonal)
+            begin = im.mul(part, im.const(keys_per_split))
+            end = w.min_index(end, im.add(begin, im.const(keys_per_split)))
 
         def thread(t: Value) -> None:
             # Row group g takes rows g, g + G, g + 2G, ...: the 32/TPR groups of
@@ -244,7 +267,10 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 return [*next_m, *next_l, *o]
 
             init = [scores.minus_inf] * rows + [s.const(0.0)] * rows + [s.const(0.0)] * (rows * outputs_per_row)
-            final = w.named_loop(w.for_(0, end, bt, kv_step, init, "k0"), *["m"] * rows, *["l"] * rows, *["o"] * (rows * outputs_per_row))
+            final = w.named_loop(w.for_(begin, end, bt, kv_step, init, "k0"), *["m"] * rows, *["l"] * rows, *["o"] * (rows * outputs_per_row))
+            if split:
+                write_partials(w, w.extra, part, batch, qs, q_ok, lane, dv_cols, dv_ok, final, rows, outputs_per_row)
+                return
             for i in range(rows):
                 inverse = s.div(s.const(1.0), final[rows + i])
                 for u in range(outputs_per_row):
@@ -253,7 +279,7 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
 
         w.parallel([threads], ["thread.x"], thread, ["t"])
 
-    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["q_block", "batch"])
+    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["q_block", "batch", "part"][: len(grid)])
     return w
 
 

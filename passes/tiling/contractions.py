@@ -362,6 +362,7 @@ class AttentionTiles:
     block_q: int  # BQ: query rows per block (GPU) or per worker iteration (CPU)
     block_t: int  # BT: keys per tile
     threads: int = 1  # GPU threads per block: BQ / R row groups × TPR lanes each
+    splits: int = 1  # GPU split-KV: key ranges run by separate blocks, then combined
 
     @property
     def threads_per_row(self) -> int:
@@ -396,50 +397,68 @@ def attention_shared_requests(tiles: AttentionTiles, problem: AttentionShape) ->
     return loads, fmas
 
 
-def busiest_sm_attention_work(problem: AttentionShape, tiles: AttentionTiles, hardware: Hardware) -> float:
-    """The modelled issue time of the busiest SM, like `busiest_sm_work` for
-    matmuls: its ⌈blocks / SMs⌉ blocks' FMAs, slowed where shared memory
-    cannot keep up (`fma_per_shared_word` FMAs per wavefront) and where its
-    resident warps are fewer than its four schedulers."""
-    blocks = problem.batch_size * ceil_div(problem.s, tiles.block_q)
+def key_tiles_per_split(problem: AttentionShape, tiles: AttentionTiles) -> int:
+    """BT-key tiles each of the `splits` key ranges covers (the last may have fewer)."""
+    return ceil_div(ceil_div(problem.t, tiles.block_t), tiles.splits)
+
+
+def attention_seconds(problem: AttentionShape, tiles: AttentionTiles, hardware: Hardware) -> float:
+    """The modelled time of the busiest SM, like `busiest_sm_work` for
+    matmuls: its ⌈blocks / SMs⌉ blocks' FMAs at its share of the FMA rate,
+    slowed where shared memory cannot keep up (`fma_per_shared_word` FMAs
+    per wavefront) and where its resident warps are fewer than its four
+    schedulers; with split-KV, plus the combining kernel (a launch, and the
+    partial results written and read back)."""
+    blocks = problem.batch_size * ceil_div(problem.s, tiles.block_q) * tiles.splits
     per_sm = ceil_div(blocks, hardware.sm_count)
     loads, fmas = attention_shared_requests(tiles, problem)
     shared_factor = max(1.0, hardware.fma_per_shared_word * loads / fmas)
     used = gpu_attention_resources(tiles, problem)
     resident = max(1, resident_blocks(hardware, used.threads, used.registers_per_thread, used.shared_bytes))
     warps = min(per_sm, resident) * ceil_div(tiles.threads, hardware.warp_size)
-    return per_sm * tiles.block_q * shared_factor / min(1.0, warps / 4)
+    block_fmas = tiles.block_q * key_tiles_per_split(problem, tiles) * tiles.block_t * (problem.d + problem.dv)
+    fma_rate = hardware.peak_flops / 2 / hardware.sm_count
+    seconds = per_sm * block_fmas * shared_factor / min(1.0, warps / 4) / fma_rate
+    if tiles.splits > 1:
+        partials = 2 * tiles.splits * problem.batch_size * problem.s * (problem.dv + 2) * f32.byte_size
+        seconds += hardware.launch_overhead + partials / hardware.memory_bandwidth
+    return seconds
 
 
-def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
+SPLIT_KV_CHOICES = (1, 2, 4, 8, 16, 32)
+
+
+def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None, splits: int | None = None) -> AttentionTiles:
     """BQ query rows × BT keys: BT = 64 or the key count rounded up to a
     power of two (at least 8); of the (BQ, threads) in `GPU_ATTENTION_TILES`
     that the queries fill and whose registers and shared memory fit
-    (`gpu_attention_resources`), the one that keeps the busiest SM busy for
-    the least time (`busiest_sm_attention_work`), the fuller on a tie: a
-    short sequence over few heads takes small tiles that fill the SMs, a
-    long one 64-row tiles whose 4 rows per thread load 3 shared words per 8
-    FMAs. `block` and `threads` force those choices. When
-    nothing fits, the smallest tile is returned: the cost model refuses the
-    fusion and the template the tile."""
+    (`gpu_attention_resources`), each with the keys split into 1, 2, 4, ...
+    ranges of at least one tile (split-KV), the one `attention_seconds`
+    finds fastest, the fuller and less split on a tie: a short sequence over
+    few heads takes small tiles that fill the SMs, a long one 64-row tiles
+    whose 4 rows per thread load 3 shared words per 8 FMAs, and few query
+    tiles over many keys (decoding) split the keys. `block`, `threads` and
+    `splits` force those choices. When nothing fits, the smallest tile is
+    returned: the cost model refuses the fusion and the template the tile."""
     bt = min(64, max(8, next_pow2(problem.t)))
     if block is not None:
         bq, bt = block
         default = next((t for q, t in GPU_ATTENTION_TILES if q == bq), max(hardware.warp_size, bq * min(ATTENTION_LANES_PER_ROW, bt)))
-        return AttentionTiles(bq, bt, threads or default)
+        return AttentionTiles(bq, bt, threads or default, splits or 1)
     fitting = []
     for bq, t in GPU_ATTENTION_TILES:
         if bq > max(8, next_pow2(problem.s)):
             continue
-        tiles = AttentionTiles(bq, bt, t)
-        if resource_problem(gpu_attention_resources(tiles, problem), hardware, "attention") is None:
-            fitting.append(tiles)
+        if resource_problem(gpu_attention_resources(AttentionTiles(bq, bt, t), problem), hardware, "attention") is not None:
+            continue
+        key_tiles = ceil_div(problem.t, bt)
+        fitting += [AttentionTiles(bq, bt, t, n) for n in SPLIT_KV_CHOICES if n == 1 or n <= key_tiles and splits is None]
     if not fitting:
         bq, t = GPU_ATTENTION_TILES[-1]
         chosen = AttentionTiles(bq, bt, t)
     else:
-        chosen = min(fitting, key=lambda tiles: busiest_sm_attention_work(problem, tiles, hardware))
-    return AttentionTiles(chosen.block_q, chosen.block_t, threads or chosen.threads)
+        chosen = min(fitting, key=lambda tiles: attention_seconds(problem, tiles, hardware))
+    return AttentionTiles(chosen.block_q, chosen.block_t, threads or chosen.threads, splits or chosen.splits)
 
 
 def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None) -> AttentionTiles:
@@ -457,10 +476,10 @@ def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     return AttentionTiles(bq, bt)
 
 
-def choose_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None) -> AttentionTiles:
+def choose_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None, splits: int | None = None) -> AttentionTiles:
     """The tiles for `hardware`'s kind (a CPU takes only `block`)."""
     if hardware.is_gpu:
-        return choose_gpu_attention_tiles(problem, hardware, block, threads)
+        return choose_gpu_attention_tiles(problem, hardware, block, threads, splits)
     return choose_cpu_attention_tiles(problem, hardware, block)
 
 

@@ -192,8 +192,8 @@ def _attention(ops, hw: Hardware, o: Overrides) -> TileConfig:
     """The attention template's tiles (`contractions.choose_attention_tiles`)."""
     problem = AttentionShape.of_op(_contraction(ops, "tensor.attention"))
     block = o.block if o.block is not None and len(o.block) == 2 else None
-    tiles = choose_attention_tiles(problem, hw, block, o.threads)
-    return TileConfig(threads=tiles.threads if hw.is_gpu else 1, block=(tiles.block_q, tiles.block_t))
+    tiles = choose_attention_tiles(problem, hw, block, o.threads, o.split)
+    return TileConfig(threads=tiles.threads if hw.is_gpu else 1, block=(tiles.block_q, tiles.block_t), split=tiles.splits)
 
 
 # --------------------------------------------------------------------------- row computations

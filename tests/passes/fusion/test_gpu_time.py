@@ -98,3 +98,85 @@ def test_tensor_core_and_tf32_rates():
     launch = GpuLaunch(1024, 256, 128, 64 * 1024, 64)
     ratio = H200.peak_tensor_flops / H200.peak_tf32_flops  # 989 / 494
     assert gpu_kernel_time(launch, tf32, H200).compute_seconds == pytest.approx(ratio * gpu_kernel_time(launch, bf16, H200).compute_seconds)
+
+
+def _only_op(text: str):
+    from fusecc.compiler.parser import parse_module
+
+    module = parse_module(text, "unit.ir")
+    return next(op for op in module.walk() if op.name in ("tensor.matmul", "tensor.attention"))
+
+
+def _matmul(element: str) -> str:
+    return (
+        f"func.func @f(%a: tensor<512x1024x{element}>, %b: tensor<1024x1024x{element}>) -> tensor<512x1024x{element}> {{\n"
+        f"  %0 = tensor.matmul %a, %b : (tensor<512x1024x{element}>, tensor<1024x1024x{element}>) -> tensor<512x1024x{element}>\n"
+        f"  func.return %0 : tensor<512x1024x{element}>\n}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "element,tf32,unit,peak",
+    [("f16", False, "tensor", 989e12), ("bf16", False, "tensor", 989e12), ("f32", False, "fma", 67e12), ("f32", True, "tf32", 494e12)],
+)
+def test_a_matmul_is_timed_on_the_unit_its_template_uses(element, tf32, unit, peak):
+    from fusecc.passes.fusion import cost_model as cm
+
+    op = _only_op(_matmul(element))
+    hw = H200.with_tf32(tf32)
+    assert cm.contraction_unit(op, hw) == unit
+    cost = cm.estimate_ops([op], hw)
+    flops = 2.0 * 512 * 1024 * 1024
+    assert cost.roofline_seconds == pytest.approx(max(flops / peak, cost.bytes_moved / 4.8e12))
+    assert (cost.work.tensor_unit if cost.work.tensor_flops else "fma") == unit
+
+
+def test_tf32_needs_the_flag_and_a_gpu_and_attention_stays_on_fma():
+    from fusecc.passes.backends.hardware import CPU
+    from fusecc.passes.fusion import cost_model as cm
+
+    assert not H200.tf32_matmuls and H200.with_tf32().tf32_matmuls and H200.with_tf32(False) is H200
+    assert not CPU.with_tf32().tf32_matmuls  # no TF32 unit
+    attention = _only_op(
+        "func.func @f(%q: tensor<8x128x64xf16>) -> tensor<8x128x64xf16> {\n"
+        "  %0 = tensor.attention %q, %q, %q : (tensor<8x128x64xf16>, tensor<8x128x64xf16>, tensor<8x128x64xf16>) -> tensor<8x128x64xf16>\n"
+        "  func.return %0 : tensor<8x128x64xf16>\n}\n"
+    )
+    assert cm.contraction_unit(attention, H200) == "tensor"  # attention_mma: f16 q, k, v, heads of 64
+    assert cm.op_flops(attention, H200)[0] == 2.0 * 8 * 128 * 128 * (64 + 64)
+
+
+@pytest.mark.parametrize(
+    "q,k,v,element",
+    [
+        ((8, 128, 64), (8, 128, 64), (8, 128, 64), "f16"),
+        ((8, 128, 64), (8, 128, 64), (8, 128, 64), "bf16"),
+        ((8, 128, 64), (8, 128, 64), (8, 128, 64), "f32"),
+        ((8, 128, 256), (8, 128, 256), (8, 128, 64), "f16"),
+        ((2, 16, 128), (2, 32, 128), (2, 32, 128), "f16"),
+    ],
+)
+def test_the_cost_model_and_the_templates_agree_on_tensor_cores(q, k, v, element):
+    from fusecc.passes.fusion import cost_model as cm
+    from fusecc.passes.lowering.attention import AttentionProblem
+    from fusecc.passes.lowering.attention_mma import attention_mma_kind
+    from fusecc.passes.tiling.contractions import AttentionShape
+
+    def ty(shape):
+        return f"tensor<{'x'.join(map(str, shape))}x{element}>"
+
+    out = (*q[:-1], v[-1])
+    op = _only_op(
+        f"func.func @f(%q: {ty(q)}, %k: {ty(k)}, %v: {ty(v)}) -> {ty(out)} {{\n"
+        f"  %0 = tensor.attention %q, %k, %v : ({ty(q)}, {ty(k)}, {ty(v)}) -> {ty(out)}\n"
+        f"  func.return %0 : {ty(out)}\n}}\n"
+    )
+    for hw in (H200, A100):
+        template = attention_mma_kind(AttentionProblem.of_op(op), hw)
+        assert (cm.contraction_unit(op, hw) == "tensor") == (template is not None)
+
+
+def test_a_second_launch_costs_a_second_launch_overhead():
+    one = gpu_kernel_time(GpuLaunch(132, 128, 32, 0, 16), GpuWork(1e6), H200)
+    two = gpu_kernel_time(GpuLaunch(132, 128, 32, 0, 16, launches=2), GpuWork(1e6), H200)
+    assert two.seconds - one.seconds == pytest.approx(H200.launch_overhead)

@@ -1,9 +1,9 @@
 """The GPU attention template (R query rows per thread, 8 lanes per row
-group, padded shared tiles) run sanitized on the CPU harness against the
-numpy reference: masks of every broadcast, causal, ragged sequence lengths
-(S and T not multiples of the tiles), head dimensions 8, 64 and 128, and
-every (BQ, threads) tile of the chooser forced in turn. Then its counters:
-conflict-free shared memory, whole-sector global accesses."""
+group, padded shared tiles, split-KV) run sanitized on the CPU harness
+against the numpy reference: masks of every broadcast, causal, ragged
+sequence lengths (S and T not multiples of the tiles), head dimensions 8,
+64 and 128, every (BQ, threads) tile of the chooser forced in turn, and
+split-KV (decoding, causal ranges past the diagonal)."""
 
 from __future__ import annotations
 
@@ -78,8 +78,8 @@ def test_every_tile_of_the_chooser_is_right(bq, threads, cuda_cache_dir, monkeyp
 
     real = contractions.choose_gpu_attention_tiles
 
-    def forced(problem, hardware, block=None, threads_=None):
-        return AttentionTiles(bq, 32, threads) if block is None else real(problem, hardware, block, threads_)
+    def forced(problem, hardware, block=None, threads_=None, splits=None):
+        return AttentionTiles(bq, 32, threads) if block is None else real(problem, hardware, block, threads_, splits)
 
     monkeypatch.setattr(contractions, "choose_gpu_attention_tiles", forced)
     source, manifest, _, expected, outputs, findings = run(program((2, 45, 64), (2, 45, 64), (2, 45, 40), (45, 45), "causal = true"), cuda_cache_dir)
@@ -103,3 +103,45 @@ def test_a_long_sequence_takes_four_rows_per_thread():
     op = next(op for op in module.walk() if op.name == "tensor.attention")
     tiles = choose_gpu_attention_tiles(AttentionShape.of_op(op), H200)
     assert (tiles.block_q, tiles.threads, tiles.rows_per_thread, tiles.threads_per_row) == (64, 128, 4, 8)
+
+
+def test_decoding_splits_the_keys_and_combines_them(cuda_cache_dir):
+    """One query per head over 300 keys: 8 blocks without split-KV; the
+    chooser splits the keys, a second kernel combines the ranges."""
+    _, manifest, _, expected, outputs, findings = run(program((1, 8, 1, 64), (1, 8, 300, 64), (1, 8, 300, 64), (1, 1, 1, 300)), cuda_cache_dir)
+    partial, combine = manifest.launches
+    assert partial.kernel.endswith("_partial") and partial.grid[2] > 1
+    assert combine.block[0] == 256
+    assert findings == [], "\n".join(map(str, findings))
+    (out,) = outputs.values()
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_split_kv_with_causal_ranges_past_the_diagonal(splits, cuda_cache_dir, monkeypatch):
+    """Causal, forced splits: the first query tiles' later key ranges are
+    empty (m = -inf, l = 0) and must weigh nothing in the combination."""
+    import fusecc.passes.tiling.contractions as contractions
+
+    real = contractions.choose_gpu_attention_tiles
+
+    def forced(problem, hardware, block=None, threads=None, splits_=None):
+        return AttentionTiles(16, 32, 64, splits) if block is None else real(problem, hardware, block, threads, splits_)
+
+    monkeypatch.setattr(contractions, "choose_gpu_attention_tiles", forced)
+    _, manifest, _, expected, outputs, findings = run(program((2, 100, 64), (2, 100, 64), (2, 100, 40), (100, 100), "causal = true"), cuda_cache_dir)
+    assert [launch.grid[2] for launch in manifest.launches[:1]] == [splits]
+    assert findings == [], "\n".join(map(str, findings))
+    (out,) = outputs.values()
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_chooser_splits_keys_only_where_the_sms_would_idle():
+    def tiles_for(q, k):
+        module = parse_module(program(q, k, k), "a.ir")
+        op = next(op for op in module.walk() if op.name == "tensor.attention")
+        return choose_gpu_attention_tiles(AttentionShape.of_op(op), H200)
+
+    decode = tiles_for((1, 8, 1, 128), (1, 8, 4096, 128))
+    assert 8 * decode.splits >= 132  # a full wave on 132 SMs
+    assert tiles_for((16, 1024, 64), (16, 1024, 64)).splits == 1  # 256 blocks already
