@@ -6,7 +6,8 @@ Templates that stage tiles in shared memory use them for what scalar
     %a0, %a1, %a2, %a3 = loop.load_vector %tile, %k, %m : (memref<2x32x68xf32, shared>, index, index) -> (f32, f32, f32, f32)
 
 reads `width` (2 or 4, the number of results) consecutive elements of the
-last axis at once (CUDA: one float4/float2 load). The last index must be a
+last axis at once (CUDA: one float4/float2 load); `loop.store_vector %v0,
+.., %v3, %tile, %r, %c` writes them. The last index must be a
 multiple of the width and the last axis' stride a multiple of it too: the
 access is aligned to width × element bytes (a template proves it; the CPU
 harness traps on a misaligned one).
@@ -32,7 +33,7 @@ cuda_cpu_async.h) so that the sanitizer sees a read before the wait.
 from __future__ import annotations
 
 from fusecc.compiler.ir import INT, AttrDef, OperandDef, Operation, ResultDef, VerifyError, register_op
-from fusecc.compiler.types import i1
+from fusecc.compiler.types import MemRefType, i1
 from fusecc.dialects.loop import KernelOp, LoadOp, StoreOp, expect_index, expect_memref
 
 VECTOR_WIDTHS = (2, 4)
@@ -72,6 +73,47 @@ class LoadVectorOp(LoadOp):
         if t.shape[-1] % self.width:
             raise VerifyError(f"the last axis ({t.shape[-1]}) is not a multiple of the width {self.width}: rows would not stay aligned")
         _in_gpu_kernel(self, "'loop.load_vector'")
+
+
+@register_op
+class StoreVectorOp(StoreOp):
+    """`loop.store_vector %v0, %v1, %v2, %v3, %tile, %i, %j`: `width`
+    consecutive elements of the last axis at once (a StoreOp of its buffer
+    for every analysis that asks what an op writes). Same alignment rule as
+    `loop.load_vector`; no guard."""
+
+    name = "loop.store_vector"
+    operand_defs = (OperandDef("values_buffer_and_indices", variadic=True),)
+
+    @property
+    def buffer_position(self) -> int:  # the first memref: the values come before it
+        return next((i for i, v in enumerate(self.operands) if isinstance(v.type, MemRefType)), len(self.operands))
+
+    @property
+    def values(self):
+        return self.operands[: self.buffer_position]
+
+    @property
+    def width(self) -> int:
+        return self.buffer_position
+
+    @property
+    def value(self):
+        raise AttributeError("loop.store_vector stores several values; see .values")
+
+    def verify_(self) -> None:
+        if self.buffer_position >= len(self.operands):
+            raise VerifyError("needs values and a buffer")
+        t = self._verify_access()
+        if self.guard is not None:
+            raise VerifyError("takes no guard: a vector store writes a whole aligned vector")
+        if self.width not in VECTOR_WIDTHS or self.width * t.element_type.byte_size > VECTOR_BYTES:
+            raise VerifyError(f"writes {self.width} elements of {t.element_type}; a vector is 2 or 4 elements of at most {VECTOR_BYTES} bytes")
+        if any(v.type is not t.element_type for v in self.values):
+            raise VerifyError(f"values must all be {t.element_type}")
+        if t.shape[-1] % self.width:
+            raise VerifyError(f"the last axis ({t.shape[-1]}) is not a multiple of the width {self.width}: rows would not stay aligned")
+        _in_gpu_kernel(self, "'loop.store_vector'")
 
 
 @register_op

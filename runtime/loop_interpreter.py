@@ -442,6 +442,13 @@ class LoopInterpreter:
                 at = (*indices[:-1], indices[-1] + lane)
                 _check_bounds(op, at, env[op.buffer].shape)
                 env[result] = _read(env[op.buffer], at, t)
+        elif name == "loop.store_vector":
+            t = op.buffer.type
+            indices = tuple(env[v] for v in op.indices)
+            for lane, value in enumerate(op.values):
+                at = (*indices[:-1], indices[-1] + lane)
+                _check_bounds(op, at, env[op.buffer].shape)
+                _write(env[op.buffer], at, env[value], t)
         elif name == "loop.copy_async":  # lands at once: the interpreter is sequentially consistent
             t = op.buffer.type
             indices = tuple(env[v] for v in op.indices)

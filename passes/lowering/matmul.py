@@ -256,13 +256,13 @@ def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware)
     return with_packing(problem, choose_cpu_matmul_tiles(problem, hardware, tile_attribute(group, "tile.block", None)))
 
 
-def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware) -> KernelResources:
+def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware, padded: tuple[bool, bool] = (True, True)) -> KernelResources:
     """The tiles fit the hardware (registers ≤ the per-thread maximum, shared
     memory ≤ the per-block limit, threads ≤ the block limit) and each other."""
     tm, tn = tiles.micro_tile
     if tiles.block_m * tiles.block_n % tiles.threads or tiles.block_m % tm or tiles.block_n % tn:
         raise LoweringError(f"{tiles.threads} threads cannot share a {tiles.block_m}x{tiles.block_n} tile in equal rectangles")
-    resources = gpu_matmul_resources(tiles, element)
+    resources = gpu_matmul_resources(tiles, element, padded)
     check_resources(resources, hardware, "matmul")
     return resources
 

@@ -48,12 +48,12 @@ from fusecc.compiler.types import MemRefType, f32
 from fusecc.dialects import loop
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
-from fusecc.dialects.loop_vector import AsyncCommitOp, AsyncWaitOp, CopyAsyncOp, LoadVectorOp
+from fusecc.dialects.loop_vector import AsyncCommitOp, AsyncWaitOp, CopyAsyncOp, LoadVectorOp, StoreVectorOp
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.scalar_emitter import LoweringError
-from fusecc.passes.tiling.contractions import SHARED_ROW_PAD, GpuMatmulTiles
+from fusecc.passes.tiling.contractions import SHARED_ROW_PAD, GpuMatmulTiles, matmul_padded_operands
 
 STAGING_WARP = (4, 8)  # rows × k a warp stages of a k-fastest operand
 
@@ -74,16 +74,16 @@ class OperandStaging:
 
     @classmethod
     def of(cls, problem, is_rhs: bool, tiles: GpuMatmulTiles) -> "OperandStaging":
-        transposed = bool(problem.op.attr("transpose_b" if is_rhs else "transpose_a"))
         extent = tiles.block_n if is_rhs else tiles.block_m
-        k_fastest = transposed == is_rhs
+        k_fastest = matmul_padded_operands(problem)[is_rhs]
         return cls(is_rhs, extent, k_fastest, extent + (SHARED_ROW_PAD if k_fastest else 0))
 
 
 def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: Hardware) -> KernelWriter:
     from fusecc.passes.lowering.matmul import MAX_GRID_YZ, check_gpu_tiles, in_span, spans, total_tiles
 
-    check_gpu_tiles(tiles, problem.result.type.element_type, hardware)
+    staging = [OperandStaging.of(problem, False, tiles), OperandStaging.of(problem, True, tiles)]
+    check_gpu_tiles(tiles, problem.result.type.element_type, hardware, (staging[0].k_fastest, staging[1].k_fastest))
     w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
     im, s = w.im, w.s
@@ -94,7 +94,7 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
     bounds = problem.piece_bounds()
     m_spans, n_spans, k_spans = spans(bounds["m"], bm), spans(bounds["n"], bn), spans(bounds["k"], bk)
     acc_type = problem.accumulator
-    staging = [OperandStaging.of(problem, False, tiles), OperandStaging.of(problem, True, tiles)]
+    c_row = output_row(tiles, wm, wn, staging[0].row, w.hw.warp_size)
     grid = [total_tiles(n_spans), total_tiles(m_spans)] + ([problem.batch_size] if problem.batch_size > 1 else [])
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z; use larger tiles")
@@ -172,13 +172,33 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
                 if copies:
                     w.b.create(AsyncCommitOp)
                 acc = w.named_loop(w.for_(ks.start, ks.end, bk, lambda k0, *a, ks=ks: double_stage(ks, k0, *a), acc, "k0"), "acc")
-            rows = [im.add(row0, r) for r in owned(im, ty, tm, wm, rows_per_col)]
-            cols = [im.add(col0, c) for c in owned(im, tx, tn, wn, cols_per_row)]
-            row_ok = [ms.guard(w, m, bm) for m in rows]
-            col_ok = [ns.guard(w, n, bn) for n in cols]
-            for i, m in enumerate(rows):
-                for j, n in enumerate(cols):
-                    epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
+            if copies:  # nothing in flight past the loop (the zero fills after the last tile included)
+                w.b.create(AsyncWaitOp, attributes={"pending": 0})
+            local_rows, local_cols = owned(im, ty, tm, wm, rows_per_col), owned(im, tx, tn, wn, cols_per_row)
+            if c_row is None:
+                rows = [im.add(row0, r) for r in local_rows]
+                cols = [im.add(col0, c) for c in local_cols]
+                row_ok = [ms.guard(w, m, bm) for m in rows]
+                col_ok = [ns.guard(w, n, bn) for n in cols]
+                for i, m in enumerate(rows):
+                    for j, n in enumerate(cols):
+                        epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
+                return
+            # The output tile through shared memory (A's tile, reused), so
+            # that consecutive threads store consecutive columns: the
+            # micro-tiles go in as vectors, the epilogue reads them back.
+            if copies:
+                w.b.create(loop.BarrierOp)  # every thread's copies have landed in A's tile before it is reused
+            c_tile = w.b.create(loop.ViewOp, [a_tile], {"offset": 0}, result_types=[MemRefType([bm, c_row], acc_type, "shared")]).result
+            c_tile.name_hint = "c_tile"
+            for i, r in enumerate(local_rows):
+                for g in range(tn // wn):
+                    values = acc[i * tn + g * wn : i * tn + (g + 1) * wn]
+                    w.b.create(StoreVectorOp, [*values, c_tile, r, local_cols[g * wn]])
+            for (r, c), inside in w.cooperative(t, tiles.threads, [bm, bn]):
+                m, n = im.add(row0, r), im.add(col0, c)
+                value = w.load(c_tile, [r, c], inside)
+                epilogue.emit(w.emitter, problem.result_index(bidx, m, n), value, w.all_of(inside, ms.guard(w, m, bm), ns.guard(w, n, bn)))
 
         # The pieces of concatenated operands are chosen here, per block
         # (uniformly for all its threads), not per element.
@@ -186,6 +206,45 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
 
     w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch"])
     return w
+
+
+def output_row(tiles: GpuMatmulTiles, wm: int, wn: int, a_row: int, warp: int) -> int | None:
+    """Words per row of the output tile staged in shared memory (BN + pad:
+    the pad with the fewest bank conflicts over a warp's vector stores of
+    micro-tiles and its reads of consecutive columns), or None where the
+    output is stored straight from the registers: one stage (no cp.async),
+    scalar micro-tile rows, or an output tile larger than A's tile."""
+    bm, bn, threads = tiles.block_m, tiles.block_n, tiles.threads
+    tm, tn = tiles.micro_tile
+    if tiles.stages < 2 or wn < 2 or threads < warp:
+        return None
+    cpr, rpc = bn // tn, bm // tm
+    lanes = range(warp)
+
+    def wavefronts(requests) -> int:
+        total = 0
+        for words in requests:
+            banks = [0] * warp
+            for word in set(words):
+                banks[word % warp] += 1
+            total += max(banks)
+        return total
+
+    best = None
+    for pad in range(0, 33, 4):
+        row = bn + pad
+        if row % wn or bm * row > tiles.stages * tiles.block_k * a_row:
+            continue
+        stores = [
+            [((i // wm) * wm * rpc + (t // cpr) * wm + i % wm) * row + g * wn * cpr + (t % cpr) * wn + e for t in lanes for e in range(wn)]
+            for i in range(tm)
+            for g in range(tn // wn)
+        ]
+        reads = [[(f // bn) * row + f % bn for f in range(k * threads, k * threads + warp)] for k in range(-(-bm * bn // threads))]
+        cost = wavefronts(stores) + wavefronts(reads)
+        if best is None or cost < best[0]:
+            best = (cost, row)
+    return None if best is None else best[1]
 
 
 def owned(im, lane: Value, count: int, width: int, lanes: int) -> list[Value]:

@@ -331,18 +331,26 @@ def reload_factors(problem: MatmulShape, tiles: GpuMatmulTiles | CpuMatmulTiles)
     return ceil_div(problem.n, tiles.micro_n), ceil_div(problem.m, tiles.micro_m)
 
 
-def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType) -> KernelResources:
+def matmul_padded_operands(shape: MatmulShape) -> tuple[bool, bool]:
+    """Whether the shared tile of A, of B has padded rows: an operand with k
+    fastest in memory (A unless transposed, B if transposed) is staged a
+    warp's 8 k × 4 rows at a time, which without padding would hit one bank."""
+    return (not shape.op.attr("transpose_a"), bool(shape.op.attr("transpose_b")))
+
+
+def gpu_matmul_resources(tiles: GpuMatmulTiles, element: ScalarType, padded: tuple[bool, bool] = (True, True)) -> KernelResources:
     """Registers: the TM×TN accumulators, a TM and a TN fragment, the base;
     double-buffered, a 64-bit source address per cp.async a thread issues
     per tile (ptxas keeps them across the K loop: docs/cuda-performance.md).
-    Shared memory: per stage one BK×(BM + pad) and one BK×(BN + pad) tile
-    of the accumulator type (`SHARED_ROW_PAD`: at most, where an operand needs it)."""
+    Shared memory: per stage one BK×BM and one BK×BN tile of the
+    accumulator type, rows `SHARED_ROW_PAD` longer where `padded`
+    (`matmul_padded_operands`; both by default: the most it can be)."""
     words = max(1, compute_type(element).byte_size // 4)
     tm, tn = tiles.micro_tile
     registers = (tm * tn + tm + tn) * words + BASE_REGISTERS
     if tiles.stages > 1:
         registers += 2 * ceil_div((tiles.block_m + tiles.block_n) * tiles.block_k, tiles.threads)
-    rows = tiles.block_m + tiles.block_n + 2 * SHARED_ROW_PAD
+    rows = tiles.block_m + tiles.block_n + SHARED_ROW_PAD * sum(padded)
     shared = tiles.stages * rows * tiles.block_k * compute_type(element).byte_size
     return KernelResources(tiles.threads, registers, shared)
 

@@ -33,6 +33,7 @@ from fusecc.passes.tiling.contractions import (
     gpu_attention_resources,
     gpu_matmul_resources,
     gpu_matmul_stages,
+    matmul_padded_operands,
 )
 from fusecc.passes.tiling.geometry import TileConfig, choose_geometry, elements_per_thread
 from fusecc.passes.tiling.parts import horizontal_parts
@@ -132,7 +133,7 @@ def body_resources(body: KernelBody, kind: str, hardware: Hardware, tiles: TileC
             used = cpu_matmul_resources(choose_cpu_matmul_tiles(problem, hardware, tiles.block))
             return (live + 1) * hardware.warp_size + used.registers_per_thread, used.shared_bytes
         gpu = GpuMatmulTiles(*tiles.block, tiles.k, tiles.threads, gpu_matmul_stages(hardware))
-        used = gpu_matmul_resources(gpu, problem.result.type.element_type)
+        used = gpu_matmul_resources(gpu, problem.result.type.element_type, matmul_padded_operands(problem))
         # The epilogue runs after the k loop, in the registers the A and B
         # fragments held; only what it needs beyond them (side inputs' pointers
         # and its live values) adds up.

@@ -2,8 +2,8 @@
 // cp.async helpers (passes/backends/cuda/vector_memory.py writes the calls;
 // on the GPU the same calls are the prelude's inline PTX).
 //
-// fusecc_load_vector<V>(p): one aligned V (float2/float4) at p. A misaligned
-// address, which faults on a GPU, traps here.
+// fusecc_load_vector<V>(p), fusecc_store_vector<V>(p, v): one aligned V
+// (float2/float4) at p. A misaligned address, which faults on a GPU, traps here.
 //
 // cp.async is emulated per thread with the semantics of PTX's groups:
 //   fusecc_cp_async<BYTES>(dst, src, valid)  reads the source now (nothing
@@ -77,6 +77,16 @@ FUSECC_CPU_HARNESS inline V fusecc_load_vector(const T* p) {
   V v;
   memcpy(&v, p, sizeof(V));
   return v;
+}
+
+template <class V, class T>
+FUSECC_CPU_HARNESS inline void fusecc_store_vector(T* p, V v) {
+  static_assert(sizeof(V) % sizeof(T) == 0, "a vector of whole elements");
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(V)) fusecc_cpu::trap("misaligned vector store");
+#ifdef FUSECC_CPU_SANITIZE
+  fusecc_cpu::san::check_access(p, int(sizeof(V)), true, __builtin_return_address(0));
+#endif
+  memcpy(p, &v, sizeof(V));
 }
 
 template <int BYTES>

@@ -21,6 +21,7 @@ from fusecc.passes.tiling.contractions import (
     choose_gpu_matmul_tiles,
     gpu_attention_resources,
     gpu_matmul_resources,
+    matmul_padded_operands,
     resource_problem,
 )
 from fusecc.passes.tiling.tile import choose_tiles
@@ -67,7 +68,7 @@ def test_matmul_registers_and_shared_memory_are_the_templates():
     tiles = choose_gpu_matmul_tiles(MatmulShape.of_op(ops[0]), H200)
     # 32x16 tiles would leave SMs idle (128 blocks for 132): 256 one-warp blocks of 16x16
     assert (tiles.block_m, tiles.block_n, tiles.threads) == (16, 16, 32)
-    used = gpu_matmul_resources(tiles, f32)
+    used = gpu_matmul_resources(tiles, f32, matmul_padded_operands(MatmulShape.of_op(ops[0])))  # A's rows padded, B's not
     fused = cm.estimate_ops(ops, H200)
     # The epilogue runs in the registers the 2 + 4 fragments held: the bias
     # pointer (2) and three live values need no more.

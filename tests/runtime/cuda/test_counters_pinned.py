@@ -42,22 +42,22 @@ class Pin(NamedTuple):
 
 PINS = {
     "encoder_block.ir": {
-        "fused_0_matmul": Pin(288, 128, 17408, 1.0, 0.936, 56, 0.5625, 0.2424),
+        "fused_0_matmul": Pin(288, 128, 17408, 1.0, 1.0, 56, 0.5625, 0.2424),
         "fused_1_attention": Pin(96, 128, 41792, 1.0, 1.0, 95, 0.3125, 0.1455),
-        "fused_2_matmul": Pin(192, 64, 13312, 1.0, 0.923, 64, 0.5, 0.0909),
+        "fused_2_matmul": Pin(192, 64, 13312, 1.003, 1.0, 64, 0.5, 0.0909),
         "fused_3_reduction": Pin(64, 256, 32, 1.0, 1.0, 26, 1.0, 0.0606),
-        "fused_4_matmul": Pin(384, 128, 17408, 1.0, 0.936, 56, 0.5625, 0.3232),
-        "fused_5_matmul": Pin(192, 64, 13312, 1.0, 0.979, 64, 0.5, 0.0909),
+        "fused_4_matmul": Pin(384, 128, 17408, 1.0, 1.0, 56, 0.5625, 0.3232),
+        "fused_5_matmul": Pin(192, 64, 13312, 1.001, 1.0, 64, 0.5, 0.0909),
     },
     "llama_block.ir": {
         "fused_0_reduction": Pin(64, 256, 32, 1.0, 1.0, 23, 1.0, 0.0606),
-        "fused_1_matmul": Pin(384, 128, 17408, 1.0, 0.956, 64, 0.5, 0.3636),
+        "fused_1_matmul": Pin(384, 128, 17408, 1.0, 1.0, 64, 0.5, 0.3636),
         "fused_2_horizontal": Pin(1024, 256, 0, None, 1.0, 19, 1.0, 0.9697),
         "fused_3_attention": Pin(128, 128, 41792, 1.0, 1.0, 95, 0.3125, 0.1939),
-        "fused_4_matmul": Pin(256, 64, 13312, 1.0, 0.942, 72, 0.4375, 0.1385),
-        "fused_6_matmul": Pin(352, 128, 25600, 1.0, 0.942, 78, 0.375, 0.4444),
+        "fused_4_matmul": Pin(256, 64, 13312, 1.002, 1.0, 64, 0.5, 0.1212),
+        "fused_6_matmul": Pin(352, 128, 25600, 1.0, 1.0, 80, 0.375, 0.4444),
         "fused_7_elementwise": Pin(352, 256, 0, None, 1.0, 32, 1.0, 0.3333),
-        "fused_8_matmul": Pin(256, 64, 13312, 1.0, 0.978, 72, 0.4375, 0.1385),
+        "fused_8_matmul": Pin(256, 64, 13312, 1.001, 1.0, 64, 0.5, 0.1212),
     },
 }
 
@@ -123,5 +123,5 @@ def test_minilm_matmuls_fill_the_sms_without_conflicts(cuda_cache_dir):
     assert len(matmuls) == 4
     for row in matmuls:
         assert row.grid_blocks >= 132 and row.shared_bank_conflict_ways <= MATMUL_MAX_WAYS, row
-        assert row.global_sector_efficiency >= 0.85, row
+        assert row.global_sector_efficiency >= 0.98, row  # loads in whole sectors, stores through the staged output tile
         assert row.spills in (0, None), row
