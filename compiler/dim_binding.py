@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.dims import dim_symbol, dims_equal, is_unbound, normalize_dim, sympy
+from fusecc.compiler.dims import dim_symbol, dims_equal, is_unbound, normalize_dim, sympy, unbound_dim
 from fusecc.compiler.ir import VerifyError
 from fusecc.compiler.types import FunctionType, ShapedType, TensorType, Type, dim_compatible, type_compatible
 
@@ -124,6 +124,26 @@ def substitute_dims(t: Type, mapping: dict) -> Type:
     return TensorType([d if type(d) is int else normalize_dim(d.xreplace(mapping)) for d in t.shape], t.element_type)
 
 
+def printed_attributes(op) -> dict:
+    """The attributes to print: an op whose result dims the text could not
+    tell again (a reshape a pass made from B*S rows back to B x S) gets the
+    `fusecc.dims` that names them, so that what is printed reads back."""
+    attributes = op.attributes
+    refine = getattr(type(op), "refine_result_types", None)
+    if refine is None or len(op.results) != 1 or DIMS_ATTR in attributes:
+        return attributes
+    t = op.results[0].type
+    if not isinstance(t, TensorType) or t.is_static:
+        return attributes
+    written = TensorType([d if type(d) is int else unbound_dim() for d in t.shape], t.element_type)
+    try:
+        if list(refine([v.type for v in op.operands], attributes, [written])) == [t]:
+            return attributes
+    except VerifyError:
+        pass
+    return {**attributes, DIMS_ATTR: A.from_python([str(d) for d in t.shape if type(d) is not int])}
+
+
 def refine_results(op_class, operand_types: list[Type], attributes: dict, declared: list[Type]) -> list[Type]:
     """The result types of an op whose written types have `?` dims: the
     inferred ones (checked against what is written) or, for ops without
@@ -140,4 +160,4 @@ def refine_results(op_class, operand_types: list[Type], attributes: dict, declar
     return list(refine(operand_types, attributes, declared))
 
 
-__all__ = ["DIMS_ATTR", "bind_arguments", "bind_named_results", "call_dim_mapping", "substitute_dims", "parse_dim", "dim_compatible", "has_unbound", "refine_results", "same_spelling", "type_compatible"]
+__all__ = ["DIMS_ATTR", "bind_arguments", "bind_named_results", "call_dim_mapping", "printed_attributes", "substitute_dims", "parse_dim", "dim_compatible", "has_unbound", "refine_results", "same_spelling", "type_compatible"]

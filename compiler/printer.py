@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from fusecc.compiler import attributes as A
+from fusecc.compiler.dim_binding import printed_attributes
 from fusecc.compiler.ir import Block, Operation, Region, Value
 from fusecc.compiler.traits import SymbolTable
 from fusecc.compiler.types import FunctionType, format_result_types
@@ -161,7 +162,7 @@ class Printer:
             skip = (op.custom_symbol,)
         elif op.operands:
             head += " " + self.uses(op.operands)
-        attrs = self.attr_dict(op.attributes, skip)
+        attrs = self.attr_dict(printed_attributes(op), skip)
         if attrs:
             head += " " + attrs
         if op.results:
@@ -194,7 +195,7 @@ class Printer:
 
     def print_generic(self, op: Operation, depth: int) -> None:
         head = f'{self.define_results(op)}"{op.name}"({self.uses(op.operands)})'
-        attrs = self.attr_dict(op.attributes)
+        attrs = self.attr_dict(printed_attributes(op))
         ftype = f"{FunctionType([v.type for v in op.operands], op.result_types)}"
         if not op.regions:
             self.emit(depth, f"{head}{' ' + attrs if attrs else ''} : {ftype}{self.location(op)}")
