@@ -29,17 +29,17 @@ for the PV product is the one rounding the reference does not make
 from __future__ import annotations
 
 from fusecc.compiler.ir import Value
-from fusecc.compiler.types import MemRefType, bf16, f16, f32
+from fusecc.compiler.types import MemRefType, bf16, f16
 from fusecc.dialects import arith
 from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
-from fusecc.dialects.nvgpu import FRAGMENTS, WARP, MmaSyncOp
+from fusecc.dialects.nvgpu import FRAGMENTS, WARP
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.lowering.attention_scores import Scores, causal_order, kv_end
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
-from fusecc.passes.lowering.matmul_mma import MIN_SM, affine, sm_version
+from fusecc.passes.lowering.matmul_mma import MIN_SM, Lane, affine, mma_sync, sm_version
 from fusecc.passes.lowering.scalar_emitter import LoweringError
 from fusecc.passes.tiling.contractions import BASE_REGISTERS, KernelResources, resource_problem
 
@@ -98,7 +98,7 @@ def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) 
     threads = WARP * warps
 
     def mma(a, b, c) -> list[Value]:
-        return list(w.b.create(MmaSyncOp, [*a, *b, *c], {"kind": kind}, result_types=[f32] * f.c_count).results)
+        return mma_sync(w, kind, a, b, c)
 
     def as_loaded(value: Value) -> Value:
         widened = value.defining_op  # an f16/bf16 element goes to its tile as loaded
@@ -113,18 +113,9 @@ def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) 
         end = kv_end(w, problem, im.add(q0, im.const(block_q)))
 
         def thread(t: Value) -> None:
-            warp, lane = im.div(t, WARP), im.rem(t, WARP)
-            group_id, position = im.div(lane, 4), im.rem(lane, 4)
-            warp_row = im.mul(warp, im.const(16))
-
-            def at(coeffs, origin: Value) -> Value:
-                constant, by_group, by_position = coeffs
-                v = im.add(origin, im.const(constant))
-                if by_group:
-                    v = im.add(v, im.mul(group_id, im.const(by_group)))
-                if by_position:
-                    v = im.add(v, im.mul(position, im.const(by_position)))
-                return v
+            lane = Lane(w, t)
+            at = lane.at
+            warp_row = im.mul(lane.warp, im.const(16))
 
             scores = Scores(w, problem, bidx)
             for (r, d), inside in w.cooperative(t, threads, [block_q, d16]):

@@ -185,6 +185,33 @@ def affine(table, count: int) -> list[tuple[tuple[int, int, int], tuple[int, int
     return out
 
 
+class Lane:
+    """A thread's place in its warp for the fragment tables: its group
+    (lane / 4) and position in it (lane % 4), and the (row, col) an `affine`
+    coefficient triple gives from a tile origin."""
+
+    def __init__(self, w: KernelWriter, t: Value):
+        im = self.im = w.im
+        self.warp, lane = im.div(t, WARP), im.rem(t, WARP)
+        self.group, self.position = im.div(lane, 4), im.rem(lane, 4)
+
+    def at(self, coeffs, origin: Value) -> Value:
+        im = self.im
+        constant, by_group, by_position = coeffs
+        v = im.add(origin, im.const(constant))
+        if by_group:
+            v = im.add(v, im.mul(self.group, im.const(by_group)))
+        if by_position:
+            v = im.add(v, im.mul(self.position, im.const(by_position)))
+        return v
+
+
+def mma_sync(w: KernelWriter, kind: str, a, b, c) -> list[Value]:
+    """One warp's instruction: D fragment from this lane's A, B and C."""
+    f = FRAGMENTS[kind]
+    return list(w.b.create(MmaSyncOp, [*a, *b, *c], {"kind": kind}, result_types=[f32] * f.c_count).results)
+
+
 def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> LoweredGroup:
     f: Fragments = FRAGMENTS[kind]
     tiles = choose_mma_tiles(problem, hardware)
@@ -218,19 +245,10 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
             w.parallel([tiles.threads], ["thread.x"], lambda t: thread(t, ms, row0, ns, col0), ["t"])
 
         def thread(t: Value, ms, row0: Value, ns, col0: Value) -> None:
-            warp, lane = im.div(t, WARP), im.rem(t, WARP)
-            group_id, position = im.div(lane, 4), im.rem(lane, 4)
-            warp_row = im.mul(im.div(warp, tiles.warps_n), im.const(tiles.warp_m))
-            warp_col = im.mul(im.rem(warp, tiles.warps_n), im.const(tiles.warp_n))
-
-            def at(coeffs, origin: Value) -> Value:
-                constant, by_group, by_position = coeffs
-                v = im.add(origin, im.const(constant))
-                if by_group:
-                    v = im.add(v, im.mul(group_id, im.const(by_group)))
-                if by_position:
-                    v = im.add(v, im.mul(position, im.const(by_position)))
-                return v
+            lane = Lane(w, t)
+            at = lane.at
+            warp_row = im.mul(im.div(lane.warp, tiles.warps_n), im.const(tiles.warp_m))
+            warp_col = im.mul(im.rem(lane.warp, tiles.warps_n), im.const(tiles.warp_n))
 
             def stage(tile: Value, layout: TileLayout, operand: Value, is_rhs: bool, k0: Value, ks) -> None:
                 # The block's BK-deep slice of an operand, spread over the threads
@@ -256,8 +274,7 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
                 for i in range(fm):
                     for j in range(fn):
                         c = list(acc[(i * fn + j) * f.c_count : (i * fn + j + 1) * f.c_count])
-                        op = w.b.create(MmaSyncOp, [*a[i], *b[j], *c], {"kind": kind}, result_types=[f32] * f.c_count)
-                        out += list(op.results)
+                        out += mma_sync(w, kind, a[i], b[j], c)
                 return out
 
             def k_step(ks, k0: Value, *acc: Value) -> list[Value]:
@@ -282,4 +299,4 @@ def lower_matmul_mma(group: GroupOp, problem, kind: str, hardware: Hardware) -> 
     return LoweredGroup([Launch(w.finish(), w.arg_refs)])
 
 
-__all__ = ["ALLOW_TF32", "MMA_TILES", "MmaTiles", "TileLayout", "choose_mma_tiles", "lower_matmul_mma", "mma_kind", "mma_resources"]
+__all__ = ["ALLOW_TF32", "MMA_TILES", "Lane", "MmaTiles", "TileLayout", "affine", "mma_sync", "choose_mma_tiles", "lower_matmul_mma", "mma_kind", "mma_resources"]
