@@ -107,7 +107,7 @@ def gpu_kernel_time(launch: GpuLaunch, work: GpuWork, hardware: Hardware) -> Gpu
 
     in_flight = active_sms * warps_per_sm * hardware.warp_size * launch.bytes_in_flight_per_thread
     bandwidth = hardware.memory_bandwidth
-    if hardware.memory_latency > 0:
+    if hardware.memory_latency > 0 and in_flight > 0:  # none in flight: an empty grid, or nothing read ahead
         bandwidth = min(bandwidth, in_flight / hardware.memory_latency)
     memory = work.dram_bytes / bandwidth if work.dram_bytes else 0.0
     if work.dram_bytes and hardware.memory_latency > 0:

@@ -418,9 +418,11 @@ def attention_seconds(problem: AttentionShape, tiles: AttentionTiles, hardware: 
     schedulers; with split-KV, plus the combining kernel (a launch, and the
     partial results written and read back)."""
     blocks = problem.batch_size * ceil_div(problem.s, tiles.block_q) * tiles.splits
+    if blocks == 0:  # an empty result: the lowering launches nothing (fuzz seed 145)
+        return 0.0
     per_sm = ceil_div(blocks, hardware.sm_count)
     loads, fmas = attention_shared_requests(tiles, problem)
-    shared_factor = max(1.0, hardware.fma_per_shared_word * loads / fmas)
+    shared_factor = max(1.0, hardware.fma_per_shared_word * loads / fmas) if fmas else 1.0
     used = gpu_attention_resources(tiles, problem)
     resident = max(1, resident_blocks(hardware, used.threads, used.registers_per_thread, used.shared_bytes))
     warps = min(per_sm, resident) * ceil_div(tiles.threads, hardware.warp_size)

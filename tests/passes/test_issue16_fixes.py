@@ -64,6 +64,23 @@ func.func @main(%q: tensor<1x8192xf32>, %k: tensor<3x8192xf32>, %v: tensor<3x2xf
   %0 = tensor.attention %q, %k, %v, %m : (tensor<1x8192xf32>, tensor<3x8192xf32>, tensor<3x2xf32>, tensor<3xf32>) -> tensor<1x2xf32>
   func.return %0 : tensor<1x2xf32>
 }""",
+    # fuzz seeds 13 and 145: the GPU cost model divided by zero on empty grids (a launch of no
+    # blocks that still reads bytes: gpu_time; an attention over an empty batch: attention_seconds)
+    "empty_grid_costs": """
+func.func @main(%a1: tensor<5x1xf32>) -> (tensor<1x1xbf16>, tensor<f32>, tensor<3x0xf32>) {
+  %v2 = tensor.slice %a1 {start = [-6, 0], stop = [-2, -2], step = [1, 1]} : (tensor<5x1xf32>) -> tensor<3x0xf32>
+  %v3 = tensor.softmax %v2 : (tensor<3x0xf32>) -> tensor<3x0xf32>
+  %v4 = tensor.broadcast_to %v2 : (tensor<3x0xf32>) -> tensor<1x3x0xf32>
+  %v6 = tensor.reduce_mean %v4 {axes = [1, 0, 2], keepdims = false} : (tensor<1x3x0xf32>) -> tensor<f32>
+  %v7 = tensor.reduce_mean %v3 {axes = [-2, 1], keepdims = true} : (tensor<3x0xf32>) -> tensor<1x1xf32>
+  %v8 = tensor.cast %v7 : (tensor<1x1xf32>) -> tensor<1x1xbf16>
+  func.return %v8, %v6, %v3 : tensor<1x1xbf16>, tensor<f32>, tensor<3x0xf32>
+}""",
+    "empty_batch_attention_bf16": """
+func.func @main(%q: tensor<2x0x0x4xbf16>, %k: tensor<2x0x4x4xbf16>, %v: tensor<2x0x4x8xbf16>) -> tensor<2x0x0x8xbf16> {
+  %0 = tensor.attention %q, %k, %v {scale = 0.125, causal = true} : (tensor<2x0x0x4xbf16>, tensor<2x0x4x4xbf16>, tensor<2x0x4x8xbf16>) -> tensor<2x0x0x8xbf16>
+  func.return %0 : tensor<2x0x0x8xbf16>
+}""",
     # F: zero-size arguments, intermediates and results
     "empty_tensors": """
 func.func @main(%x: tensor<3x4xf32>, %e: tensor<0x4xf32>) -> (tensor<0x4xf32>, tensor<4xf32>, tensor<3x4xf32>, tensor<3x0xf32>) {
