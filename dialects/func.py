@@ -20,7 +20,8 @@ from fusecc.compiler.ir import (
 )
 from fusecc.compiler.traits import IsolatedFromAbove, Symbol, Terminator
 from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, has_unbound, same_spelling, type_compatible
-from fusecc.compiler.types import FunctionType
+from fusecc.compiler.dims import free_symbols
+from fusecc.compiler.types import FunctionType, TensorType
 
 
 @register_op
@@ -91,6 +92,21 @@ class FuncOp(Operation):
         last = self.body.last_op
         if not isinstance(last, ReturnOp):
             raise VerifyError(f"function @{self.sym_name} must end with 'func.return'")
+        self.verify_dims()
+
+    def verify_dims(self) -> None:
+        """Every dim in the body is an expression of the arguments' dims: a
+        name only an op gives (`fusecc.dims = ["Q"]`) could never be bound."""
+        known = free_symbols(d for t in self.function_type.inputs for d in getattr(t, "shape", ()))
+        for op in self.walk(include_self=False):
+            for result in op.results:
+                t = result.type
+                if isinstance(t, TensorType) and not t.is_static:
+                    foreign = sorted(str(s) for s in free_symbols(t.shape) - known if str(s) != "?")
+                    if foreign:
+                        where = op.location.file_line_col()
+                        at = f" at {where.file}:{where.line}:{where.col}" if where else ""
+                        raise VerifyError(f"'{op.name}'{at} uses dims {', '.join(foreign)}, which no argument of @{self.sym_name} has")
 
 
 @register_op
