@@ -191,6 +191,7 @@ def roofline_totals(costs: list[cm.GroupCost], hw: Hardware) -> dict:
         "memory_bandwidth": hw.memory_bandwidth,
         "peak_flops": hw.peak_flops,
         "peak_tensor_flops": hw.peak_tensor_flops,
+        "peak_tf32_flops": hw.peak_tf32_flops if hw.tf32_matmuls else None,  # --allow-tf32 only
         "kernel_seconds": kernels,
         "launch_seconds": launches,
         "roofline_seconds": roofline,
@@ -270,7 +271,9 @@ def format_roofline(data: dict) -> list[str]:
     r = data["roofline"]
     lines = [
         "",
-        f"kernels against the roofline ({r['memory_bandwidth'] / 1e12:.1f} TB/s; FMA {r['peak_flops'] / 1e12:.0f}, tensor cores {r['peak_tensor_flops'] / 1e12:.0f} TFLOP/s):",
+        f"kernels against the roofline ({r['memory_bandwidth'] / 1e12:.1f} TB/s; FMA {r['peak_flops'] / 1e12:.0f}, tensor cores {r['peak_tensor_flops'] / 1e12:.0f}"
+        + (f", TF32 {r['peak_tf32_flops'] / 1e12:.0f}" if r.get("peak_tf32_flops") else "")
+        + " TFLOP/s):",
         f"  {'id':>3}  {'kind':<12}{'modelled':>10}{'roofline':>10}{'ratio':>7}  {'bound':<8}{'unit':<7}{'blocks':>7}{'occupancy':>10}{'waves':>7}",
     ]
     for g in data["groups"]:
