@@ -56,32 +56,34 @@ last tile is guarded at the span's end, as the separate matmuls' would be.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import BlockArgument, Operation, Value
-from fusecc.compiler.types import MemRefType, ScalarType
+from fusecc.compiler.types import MemRefType
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
 from fusecc.passes.lowering.dynamic_loops import is_dynamic
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
-from fusecc.passes.lowering.kernel_builder import Part, ceil_div, dispatch
+from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
+from fusecc.passes.lowering.matmul_checks import MAX_GRID_YZ, check_gpu_tiles, check_resources  # noqa: F401  (attention.py's too)
+from fusecc.passes.lowering.matmul_gpu import lower_matmul_gpu  # the GPU template (padded tiles, vector loads, cp.async)
+from fusecc.passes.lowering.matmul_split_k import lower_matmul_split_k
 from fusecc.passes.lowering.matmul_mma import lower_matmul_mma, mma_kind
 from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
+from fusecc.passes.lowering.spans import Span, in_span, spans, total_tiles  # noqa: F401  (the templates share them)
 from fusecc.passes.tiling.tile import hinted_copy
 from fusecc.passes.tiling.contractions import (
     MAX_SPECIALISED_COPIES,
     CpuMatmulTiles,
     GpuMatmulTiles,
-    KernelResources,
     MatmulShape,
     choose_cpu_matmul_tiles,
     choose_gpu_matmul_tiles,
-    gpu_matmul_resources,
-    resource_problem,
+    gpu_matmul_resources,  # noqa: F401  (with the tile choosers, for the tests)
 )
 
 
@@ -158,51 +160,6 @@ class MatmulProblem(MatmulShape):
         return bounds
 
 
-# --------------------------------------------------------------------------- ranges of concatenated pieces
-
-@dataclass(frozen=True)
-class Span:
-    """A range [start, end) of one axis of the product in which every
-    concatenated operand reads one piece, and where its tiles are among the
-    axis' tiles: tiles never straddle two spans, so the piece is chosen once
-    per tile (a uniform branch) and the inner loops read its buffer directly."""
-
-    start: int
-    end: int
-    first_tile: int
-    tiles: int
-
-    @property
-    def width(self) -> int:
-        return self.end - self.start
-
-    def guard(self, w: KernelWriter, i: Value, tile: int) -> Value | None:
-        """`i < end` for an index of this span's tiles, or None where its
-        tiles divide it; records the range [start, end) of `i`."""
-        w.im.assume(i, self.start, self.end)
-        return w.below(i, self.end, self.width % tile != 0)
-
-
-def spans(bounds: tuple[int, ...], tile: int) -> list[Span]:
-    """The spans between consecutive `bounds`, each cut into tiles of `tile`."""
-    out, first = [], 0
-    for start, end in zip(bounds, bounds[1:]):
-        out.append(Span(start, end, first, ceil_div(end - start, tile)))
-        first += out[-1].tiles
-    return out
-
-
-def total_tiles(axis: list[Span]) -> int:
-    return sum(s.tiles for s in axis)
-
-
-def in_span(w: KernelWriter, axis: list[Span], tile_index: Value, body) -> None:
-    """`body(span, tile)` for the span owning tile `tile_index` (its index
-    within the span): a chain of uniform `loop.if`s on the tile index, one
-    specialised copy of `body` per span (no branch for a single span)."""
-    dispatch(w, [Part(s.tiles, lambda kb, local, s=s: body(s, local)) for s in axis], tile_index, 0)
-
-
 # --------------------------------------------------------------------------- tile sizes
 
 
@@ -256,23 +213,6 @@ def cpu_matmul_tiles(group: GroupOp, problem: MatmulProblem, hardware: Hardware)
     return with_packing(problem, choose_cpu_matmul_tiles(problem, hardware, tile_attribute(group, "tile.block", None)))
 
 
-def check_gpu_tiles(tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware, padded: tuple[bool, bool] = (True, True)) -> KernelResources:
-    """The tiles fit the hardware (registers ≤ the per-thread maximum, shared
-    memory ≤ the per-block limit, threads ≤ the block limit) and each other."""
-    tm, tn = tiles.micro_tile
-    if tiles.block_m * tiles.block_n % tiles.threads or tiles.block_m % tm or tiles.block_n % tn:
-        raise LoweringError(f"{tiles.threads} threads cannot share a {tiles.block_m}x{tiles.block_n} tile in equal rectangles")
-    resources = gpu_matmul_resources(tiles, element, padded)
-    check_resources(resources, hardware, "matmul")
-    return resources
-
-
-def check_resources(resources: KernelResources, hardware: Hardware, what: str) -> None:
-    problem = resource_problem(resources, hardware, what)
-    if problem is not None:
-        raise LoweringError(problem)
-
-
 # CPU matmuls pack a B that is not a constant when its rows or A's are this
 # long (bytes) or longer: the copy moves N·K elements for 2·M·N·K flops
 # (a few percent of the time), while unpacked such rows cost up to half
@@ -289,10 +229,6 @@ PACK_ROW_BYTES = 4096
 PACK_WIDE_B_ROWS = 256
 PACK_K = 16  # values of k per worker iteration of a pack kernel
 
-# The CUDA grid's y and z extents are limited to 65535 blocks.
-MAX_GRID_YZ = 65535
-
-
 # --------------------------------------------------------------------------- the template
 
 
@@ -304,7 +240,10 @@ def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     kind = mma_kind(group, problem, hardware)  # tensor cores: f16/bf16 (and f32 under --allow-tf32) on sm_80+
     if kind is not None:
         return lower_matmul_mma(group, problem, kind, hardware)
-    writer = lower_matmul_gpu(group, problem, gpu_matmul_tiles(group, problem, hardware), hardware)
+    tiles = gpu_matmul_tiles(group, problem, hardware)
+    if tiles.split_k > 1 and len(problem.piece_bounds()["k"]) == 2:  # one range of K (split-K does not cut concatenated pieces)
+        return lower_matmul_split_k(group, problem, tiles, hardware)
+    writer = lower_matmul_gpu(group, problem, replace(tiles, split_k=1), hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 
 
@@ -318,13 +257,6 @@ def dynamic_cpu_tiles(group: GroupOp, hardware: Hardware) -> CpuMatmulTiles:
     finally:
         hinted.erase()
     return replace(tiles, pack_b=tiles.pack_b and MatmulProblem.of(group).rhs.type.is_static)
-
-
-def lower_matmul_gpu(group: GroupOp, problem: MatmulProblem, tiles: GpuMatmulTiles, hardware: Hardware) -> KernelWriter:
-    """The GPU template (matmul_gpu.py: padded shared tiles, vector loads, cp.async)."""
-    from fusecc.passes.lowering.matmul_gpu import lower_matmul_gpu as gpu_template
-
-    return gpu_template(group, problem, tiles, hardware)
 
 
 def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTiles, hardware: Hardware) -> LoweredGroup:

@@ -51,8 +51,11 @@ from fusecc.dialects.loop import GPU_BLOCK
 from fusecc.dialects.loop_vector import AsyncCommitOp, AsyncWaitOp, CopyAsyncOp, LoadVectorOp, StoreVectorOp
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.lowering.epilogue import Epilogue
+from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
+from fusecc.passes.lowering.matmul_checks import MAX_GRID_YZ, check_gpu_tiles
 from fusecc.passes.lowering.scalar_emitter import LoweringError
+from fusecc.passes.lowering.spans import in_span, spans, total_tiles
 from fusecc.passes.tiling.contractions import SHARED_ROW_PAD, GpuMatmulTiles, matmul_padded_operands
 
 STAGING_WARP = (4, 8)  # rows × k a warp stages of a k-fastest operand
@@ -79,30 +82,50 @@ class OperandStaging:
         return cls(is_rhs, extent, k_fastest, extent + (SHARED_ROW_PAD if k_fastest else 0))
 
 
-def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: Hardware) -> KernelWriter:
-    from fusecc.passes.lowering.matmul import MAX_GRID_YZ, check_gpu_tiles, in_span, spans, total_tiles
-
+def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: Hardware, partial: MemRefType | None = None) -> KernelWriter:
+    """The kernel; with `partial` (scratch [splits, batch, M, N]: split-K,
+    matmul_split_k.py) each block sums one range of K into it, no epilogue."""
     staging = [OperandStaging.of(problem, False, tiles), OperandStaging.of(problem, True, tiles)]
     check_gpu_tiles(tiles, problem.result.type.element_type, hardware, (staging[0].k_fastest, staging[1].k_fastest))
-    w = KernelWriter(group, hardware)
+    w = KernelWriter(group, hardware, extra_args=[partial] if partial is not None else [])
     epilogue = Epilogue(group, problem.result, w.outputs, "matmul")
+    splits = partial.shape[0] if partial is not None else 1
     im, s = w.im, w.s
     bm, bn, bk, stages = tiles.block_m, tiles.block_n, tiles.block_k, tiles.stages
     tm, tn = tiles.micro_tile
-    wm, wn = vector_width(tm), vector_width(tn)
+    # float4/float2 vectors of f32 (the harness and the prelude know those); f64 accumulators load scalars
+    wm, wn = (vector_width(tm), vector_width(tn)) if problem.accumulator is f32 else (1, 1)
     cols_per_row, rows_per_col = bn // tn, bm // tm  # thread grid: threads along N, along M
     bounds = problem.piece_bounds()
     m_spans, n_spans, k_spans = spans(bounds["m"], bm), spans(bounds["n"], bn), spans(bounds["k"], bk)
     acc_type = problem.accumulator
     c_row = output_row(tiles, wm, wn, staging[0].row, w.hw.warp_size)
-    grid = [total_tiles(n_spans), total_tiles(m_spans)] + ([problem.batch_size] if problem.batch_size > 1 else [])
+    if splits > 1 and len(k_spans) > 1:
+        raise LoweringError("split-K takes one range of K (no operand concatenated along K)")
+    k_per_split = ceil_div(ceil_div(problem.k, splits), bk) * bk
+    grid = [total_tiles(n_spans), total_tiles(m_spans)] + ([problem.batch_size * splits] if problem.batch_size * splits > 1 else [])
     if any(g > MAX_GRID_YZ for g in grid[1:]):
         raise LoweringError(f"matmul grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z; use larger tiles")
 
-    def block(col_block: Value, row_block: Value, batch: Value | None = None) -> None:
+    def block(col_block: Value, row_block: Value, z: Value | None = None) -> None:
         a_tile = w.alloc(MemRefType([stages, bk, staging[0].row], acc_type, "shared"), "a_tile")
         b_tile = w.alloc(MemRefType([stages, bk, staging[1].row], acc_type, "shared"), "b_tile")
-        bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
+        batch = im.rem(z, problem.batch_size) if z is not None else im.const(0)
+        split = im.div(z, problem.batch_size) if splits > 1 else None
+        bidx = problem.batch_index(batch, im)
+
+        def k_range(ks) -> tuple[Value, Value | int]:
+            """[lo, hi) of K this block sums: the span, or its split's share."""
+            if split is None:
+                return im.const(ks.start), ks.end
+            lo = im.mul(split, im.const(k_per_split))
+            return lo, w.min_index(im.add(lo, im.const(k_per_split)), ks.end)
+
+        def sink(m: Value, n: Value, value: Value, guard) -> None:
+            if partial is None:
+                epilogue.emit(w.emitter, problem.result_index(bidx, m, n), value, guard)
+            else:
+                w.store(value, w.extra[0], [split, batch, m, n], guard)
 
         def output_tile(ms, local_row: Value, ns, local_col: Value) -> None:
             row0 = im.add(im.mul(local_row, im.const(bm)), im.const(ms.start))
@@ -150,8 +173,8 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
                 stage_both(im.const(0), k0, ks)
                 return compute(im.const(0), acc)
 
-            def double_stage(ks, k0: Value, *acc: Value) -> list[Value]:
-                slot = im.rem(im.div(w.sub_index(k0, ks.start), bk), 2)
+            def double_stage(ks, lo: Value, k0: Value, *acc: Value) -> list[Value]:
+                slot = im.rem(im.div(w.index_sub(k0, lo), bk), 2)
                 k_next = im.add(k0, im.const(bk))
                 following = w.index_sub(im.const(1), slot)
                 # the next tile goes in flight while this one is multiplied
@@ -165,13 +188,14 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
             # One K loop per range of K pieces, each carrying the accumulators on.
             acc = [s.const(0, acc_type)] * (tm * tn)
             for ks in k_spans:
+                lo, hi = k_range(ks)
                 if stages == 1:
-                    acc = w.named_loop(w.for_(ks.start, ks.end, bk, lambda k0, *a, ks=ks: single_stage(ks, k0, *a), acc, "k0"), "acc")
+                    acc = w.named_loop(w.for_(lo, hi, bk, lambda k0, *a, ks=ks: single_stage(ks, k0, *a), acc, "k0"), "acc")
                     continue
-                stage_both(im.const(0), im.const(ks.start), ks)
+                stage_both(im.const(0), lo, ks)
                 if copies:
                     w.b.create(AsyncCommitOp)
-                acc = w.named_loop(w.for_(ks.start, ks.end, bk, lambda k0, *a, ks=ks: double_stage(ks, k0, *a), acc, "k0"), "acc")
+                acc = w.named_loop(w.for_(lo, hi, bk, lambda k0, *a, ks=ks, lo=lo: double_stage(ks, lo, k0, *a), acc, "k0"), "acc")
             if copies:  # nothing in flight past the loop (the zero fills after the last tile included)
                 w.b.create(AsyncWaitOp, attributes={"pending": 0})
             local_rows, local_cols = owned(im, ty, tm, wm, rows_per_col), owned(im, tx, tn, wn, cols_per_row)
@@ -182,7 +206,7 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
                 col_ok = [ns.guard(w, n, bn) for n in cols]
                 for i, m in enumerate(rows):
                     for j, n in enumerate(cols):
-                        epilogue.emit(w.emitter, problem.result_index(bidx, m, n), acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
+                        sink(m, n, acc[i * tn + j], w.all_of(row_ok[i], col_ok[j]))
                 return
             # The output tile through shared memory (A's tile, reused), so
             # that consecutive threads store consecutive columns: the
@@ -198,13 +222,13 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
             for (r, c), inside in w.cooperative(t, tiles.threads, [bm, bn]):
                 m, n = im.add(row0, r), im.add(col0, c)
                 value = w.load(c_tile, [r, c], inside)
-                epilogue.emit(w.emitter, problem.result_index(bidx, m, n), value, w.all_of(inside, ms.guard(w, m, bm), ns.guard(w, n, bn)))
+                sink(m, n, value, w.all_of(inside, ms.guard(w, m, bm), ns.guard(w, n, bn)))
 
         # The pieces of concatenated operands are chosen here, per block
         # (uniformly for all its threads), not per element.
         in_span(w, n_spans, col_block, lambda ns, local_col: in_span(w, m_spans, row_block, lambda ms, local_row: output_tile(ms, local_row, ns, local_col)))
 
-    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch"])
+    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["col_block", "row_block", "batch" if splits == 1 else "batch_split"])
     return w
 
 

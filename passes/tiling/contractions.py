@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import ScalarType, broadcast_shapes, f32
@@ -120,6 +120,7 @@ class GpuMatmulTiles:
     block_k: int  # BK: the contraction step staged in shared memory
     threads: int
     stages: int = 1  # shared-memory buffers per operand: 2 double-buffers the K loop (cp.async, sm_80+)
+    split_k: int = 1  # ranges of K summed by separate blocks, then added in order (lowering/matmul_split_k.py)
 
     @property
     def micro_tile(self) -> tuple[int, int]:
@@ -274,7 +275,9 @@ def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
     SM, against 2 of 64×32 tiles twice the size), its 128×768 projections
     32×16 in two-warp blocks (192), a matrix too small to fill the machine
     the smallest tile. BK = 32 (fewer barriers per K), less for a shorter K;
-    two stages on sm_80+ (`gpu_matmul_stages`). `block`, `k`, `threads`
+    two stages on sm_80+ (`gpu_matmul_stages`); split-K where the grid
+    still leaves SMs idle and K is long (`split_k_for`: a 1×2816 @ 2816×1024
+    decoding step, 64 blocks, sums K in 3 ranges). `block`, `k`, `threads`
     force those choices."""
     chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.result.type.element_type, hardware)
     if block is None:
@@ -282,7 +285,28 @@ def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
     else:
         bm, bn = block
         default_threads = next((t for m, n, t in GPU_MATMUL_TILES if (m, n) == (bm, bn)), max(hardware.warp_size, min(256, bm * bn // 16)))
-    return GpuMatmulTiles(bm, bn, k or min(32, max(8, next_pow2(problem.k))), threads or default_threads, gpu_matmul_stages(hardware))
+    bk = k or min(32, max(8, next_pow2(problem.k)))
+    tiles = GpuMatmulTiles(bm, bn, bk, threads or default_threads, gpu_matmul_stages(hardware))
+    blocks = problem.batch_size * ceil_div(problem.m, bm) * ceil_div(problem.n, bn)
+    return replace(tiles, split_k=split_k_for(blocks, problem.k, bk, hardware))
+
+
+# Split-K pays where the grid leaves SMs idle and each range of K stays long:
+# at least this many BK steps per split, so the partial sums' round trip
+# (M·N·4 bytes out and back per split) stays small against the operand reads.
+SPLIT_K_MIN_STEPS = 8
+
+
+def split_k_for(blocks: int, k: int, bk: int, hardware: Hardware) -> int:
+    """How many ranges of K to sum separately: enough to give every SM a
+    block, no more than keep SPLIT_K_MIN_STEPS steps each; 1 where the grid
+    fills the SMs already or K is too short to share."""
+    if blocks == 0 or blocks >= hardware.sm_count:  # (an empty output has no block to share K)
+        return 1
+    splits = min(ceil_div(hardware.sm_count, blocks), k // (SPLIT_K_MIN_STEPS * bk))
+    if splits < 2:
+        return 1
+    return ceil_div(k, ceil_div(ceil_div(k, splits), bk) * bk)  # no empty range: whole BK steps each
 
 
 # The CPU register tile: MR rows × NR_VECTORS vectors of B's row. Per k the

@@ -12,6 +12,11 @@ from fusecc.compiler.diagnostics import FileLineColLoc, FusedLoc, Location, Name
 from fusecc.compiler.types import MemRefType, ScalarType, bf16, f16, f32, f64, i1, i8, i32, i64, index
 from fusecc.dialects import loop
 
+
+class EmitError(Exception):
+    """The loop IR uses something the CUDA backend cannot express (an
+    internal error: the lowering or legalize should not produce it)."""
+
 INT32_MAX = 2**31 - 1
 
 C_STORAGE = {f16: "__half", bf16: "__nv_bfloat16", f32: "float", f64: "double", i1: "bool", i8: "signed char", i32: "int", i64: "long long"}

@@ -33,6 +33,7 @@ from fusecc.compiler.types import MemRefType, ScalarType, f32, i1, i64, index
 from fusecc.dialects import loop
 from fusecc.passes.backends.cuda.c_text import (
     C_STORAGE,
+    EmitError,
     INT32_MAX,
     LOAD_CONVERSION,
     STORE_CONVERSION,
@@ -57,11 +58,6 @@ STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static __shared__ per block; beyond 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
 NARROW_CARRIERS = ("arith.constant", "arith.cast", "arith.select")  # the only arith ops with f16/bf16 results in legal IR
-
-
-class EmitError(Exception):
-    """The loop IR uses something the CUDA backend cannot express (an
-    internal error: the lowering or legalize should not produce it)."""
 
 
 @dataclass

@@ -18,6 +18,7 @@ as its source: the instruction reads nothing, but the address stays valid.
 from __future__ import annotations
 
 from fusecc.compiler.types import f32, f64, i32
+from fusecc.passes.backends.cuda.c_text import EmitError
 from fusecc.dialects.loop_vector import AsyncCommitOp, AsyncWaitOp, CopyAsyncOp, LoadVectorOp, StoreVectorOp
 
 VECTOR_TYPES = {(f32, 2): "float2", (f32, 4): "float4", (f64, 2): "double2", (i32, 2): "int2", (i32, 4): "int4"}
@@ -47,8 +48,6 @@ def prelude_lines(used: bool) -> list[str]:
 
 
 def _fail(renderer, message: str):
-    from fusecc.passes.backends.cuda.kernel import EmitError
-
     raise EmitError(f"kernel @{renderer.kernel.sym_name}: {message}")
 
 

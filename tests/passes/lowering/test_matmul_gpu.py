@@ -143,3 +143,44 @@ def test_main_loop_makes_at_most_one_shared_load_per_four_fmas(shape):
     fmas = [o for o in inner.walk() if o.name == "arith.mul"]
     assert loads and all(isinstance(o, LoadVectorOp) for o in loads)  # every shared load a float2/float4
     assert len(loads) * 4 <= len(fmas)
+
+
+@pytest.mark.parametrize(
+    "shape, splits",
+    [((1, 2816, 1024), 3), ((2, 3, 1000, 17), 3)],
+    ids=["decode-1x2816x1024", "batched-ragged-k"],
+)
+def test_split_k_fills_the_sms_and_adds_in_a_fixed_order(shape, splits, cuda_cache_dir):
+    # A decoding step (one row against a 2816x1024 weight: 64 blocks of 16x16
+    # for 132 SMs, 192 with K in 3 ranges) and a batched matmul with a ragged
+    # K (4 blocks; K = 1000 gives 3 ranges of 8 BK steps or more): partial
+    # sums to scratch, a second kernel adds them in order.
+    *batch, m, k, n = shape
+    module = group_module("matmul", [t(*batch, m, k), t(k, n), t(n)], bias_relu)
+    lowered = lower_group(module, H200)
+    partial, reduce = [o for o in lowered.walk() if o.name == "loop.kernel"]
+    (grid, _), (reduce_grid, reduce_block) = partial.launch_dims(), reduce.launch_dims()
+    assert grid[2] == splits * (batch[0] if batch else 1)
+    assert reduce.sym_name.endswith("_reduce") and reduce_grid[0] * reduce_block[0] >= (batch[0] if batch else 1) * m * n
+    scratch = [o for o in reduce.walk() if o.name == "loop.load" and o.buffer.type.rank == 4]
+    assert len(scratch) == splits  # one load per split, summed in split order: no atomics
+    cuda = emit_cuda(lowered, "split_k.ir")
+    rng = np.random.default_rng(3)
+    inputs = [rng.uniform(-1, 1, a.type.shape).astype(np.float32) for a in module.lookup("main").body.args]
+    try:
+        outputs, findings = run_sanitized(cuda_level.build_manifest(lowered, cuda, "split_k.cu"), cuda.text, inputs, cache_dir=cuda_cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert not findings, "\n".join(map(str, findings))
+    ((_, got),) = outputs.items()
+    np.testing.assert_allclose(got, evaluate(module, "main", inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_split_k_only_where_the_grid_leaves_sms_idle_and_k_is_long():
+    from fusecc.passes.tiling.contractions import split_k_for
+
+    assert split_k_for(64, 2816, 32, H200) == 3  # ceil(132 / 64) ranges of 30 BK steps
+    assert split_k_for(16, 2048, 32, H200) == 8  # 8 BK steps each at least
+    assert split_k_for(200, 4096, 32, H200) == 1  # the grid fills the SMs already
+    assert split_k_for(4, 100, 32, H200) == 1  # K too short to share
+    assert split_k_for(0, 4096, 32, H200) == 1  # an empty output
