@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from fusecc.passes.backends.hardware import Hardware
-from fusecc.passes.fusion.gpu_kernels import gpu_launch_and_shared, split_kv_bytes
+from fusecc.passes.fusion.gpu_kernels import gpu_launch_and_shared, split_k_bytes, split_kv_bytes
 from fusecc.passes.fusion.gpu_time import GpuLaunch, GpuTime, GpuWork, gpu_kernel_time, roofline_seconds
 from fusecc.passes.fusion.op_work import (  # noqa: F401  (re-exported: the passes ask `cost_model` for them)
     FLOPS_PER_ELEMENT,
@@ -276,7 +276,8 @@ def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
     if hardware.is_gpu and not dynamic:
         rows = _row_elements(body)
         launch, requests = gpu_launch_and_shared(body, kind, geometry, int(registers), int(shared), rows, hardware, on_tensor_cores=tensor_flops > 0)
-        work = GpuWork(bytes_read + bytes_written + split_kv_bytes(body, geometry), fma_flops=other_flops, tensor_flops=tensor_flops, tensor_peak=tensor_peak, tensor_unit=tensor_unit, shared_requests=requests)
+        extra = split_kv_bytes(body, geometry) + (0.0 if tensor_flops else split_k_bytes(body, geometry, hardware))
+        work = GpuWork(bytes_read + bytes_written + extra, fma_flops=other_flops, tensor_flops=tensor_flops, tensor_peak=tensor_peak, tensor_unit=tensor_unit, shared_requests=requests)
         gpu = gpu_kernel_time(launch, work, hardware)
         compute, time, roofline = gpu.compute_seconds, gpu.seconds, roofline_seconds(work, hardware)
     else:

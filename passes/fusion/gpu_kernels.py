@@ -10,7 +10,8 @@ From the tiles the tiler chooses (`tiling/geometry.py`,
 * warp-level shared-memory requests, counted from the template's loops:
   - matmul, per block and BK step: each warp loads its TM + TN fragment
     values per k in vectors of up to four (`shared_requests_per_k`) and
-    stores its share of the BM×BK and BK×BN tiles;
+    stores its share of the BM×BK and BK×BN tiles; split-K blocks take
+    their range of K, and a second launch adds the ranges (`split_k_bytes`);
   - attention, per block and BT-key step: each warp's loads are
     `contractions.attention_shared_requests` (R rows per thread share each
     key and value), and it stores its probabilities and its share of the K
@@ -34,7 +35,16 @@ import math
 from fusecc.compiler.traits import Contraction
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.fusion.gpu_time import GpuLaunch
-from fusecc.passes.tiling.contractions import AttentionShape, AttentionTiles, GpuMatmulTiles, MatmulShape, attention_shared_requests, key_tiles_per_split, shared_requests_per_k
+from fusecc.passes.tiling.contractions import (
+    AttentionShape,
+    AttentionTiles,
+    GpuMatmulTiles,
+    MatmulShape,
+    attention_shared_requests,
+    choose_gpu_matmul_tiles,
+    key_tiles_per_split,
+    shared_requests_per_k,
+)
 from fusecc.passes.tiling.geometry import TileConfig, elements_per_thread
 from fusecc.passes.tiling.resources import KernelBody
 from fusecc.passes.tiling.shapes import ceil_div
@@ -64,11 +74,12 @@ def gpu_launch_and_shared(
         problem = MatmulShape.of_op(op)
         bm, bn = tiles.block
         bk = max(1, tiles.k)
-        blocks = problem.batch_size * ceil_div(problem.m, bm) * ceil_div(problem.n, bn) * max(1, tiles.split)
+        split_k = 1 if on_tensor_cores else matmul_split_k(problem, tiles, hardware)
+        blocks = problem.batch_size * ceil_div(problem.m, bm) * ceil_div(problem.n, bn) * split_k
         per_step = bk * shared_requests_per_k(GpuMatmulTiles(bm, bn, bk, threads)) + ceil_div((bm + bn) * bk, threads)
-        requests = 0.0 if on_tensor_cores else blocks * ceil_div(problem.k, bk * max(1, tiles.split)) * warps * per_step
+        requests = 0.0 if on_tensor_cores else blocks * ceil_div(problem.k, bk * split_k) * warps * per_step
         in_flight = (bm + bn) * bk * WORD / threads
-        return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight), requests
+        return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight, 1 if split_k == 1 else 2), requests
     if kind == "attention" and (op := _contraction(body, "tensor.attention")) is not None and len(tiles.block) == 2:
         problem = AttentionShape.of_op(op)
         attention = AttentionTiles(*tiles.block, threads, max(1, tiles.split))
@@ -94,6 +105,23 @@ def gpu_launch_and_shared(
     per_thread = elements_per_thread(tiles, hardware)
     blocks = ceil_div(_largest_output(body), threads * per_thread)
     return GpuLaunch(blocks, threads, registers, shared_bytes, WORD * inputs * per_thread), 0.0
+
+
+def matmul_split_k(problem: MatmulShape, tiles: TileConfig, hardware: Hardware) -> int:
+    """The K ranges the FMA matmul template sums separately (split-K:
+    `contractions.choose_gpu_matmul_tiles`, which the lowering asks too)."""
+    return choose_gpu_matmul_tiles(problem, hardware, tuple(tiles.block), tiles.k or None, tiles.threads).split_k
+
+
+def split_k_bytes(body: KernelBody, tiles: TileConfig, hardware: Hardware) -> float:
+    """DRAM bytes split-K adds: each K range's partial output tile, written
+    by the partial kernel and read by the reducing one (0 without split-K)."""
+    op = _contraction(body, None)
+    if op is None or op.name != "tensor.matmul" or len(tiles.block) != 2:
+        return 0.0
+    problem = MatmulShape.of_op(op)
+    split_k = matmul_split_k(problem, tiles, hardware)
+    return 0.0 if split_k == 1 else 2.0 * split_k * problem.batch_size * problem.m * problem.n * WORD
 
 
 def split_kv_bytes(body: KernelBody, tiles: TileConfig) -> float:

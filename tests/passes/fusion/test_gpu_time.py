@@ -180,3 +180,26 @@ def test_a_second_launch_costs_a_second_launch_overhead():
     one = gpu_kernel_time(GpuLaunch(132, 128, 32, 0, 16), GpuWork(1e6), H200)
     two = gpu_kernel_time(GpuLaunch(132, 128, 32, 0, 16, launches=2), GpuWork(1e6), H200)
     assert two.seconds - one.seconds == pytest.approx(H200.launch_overhead)
+
+
+def test_split_k_and_split_kv_are_timed_with_their_second_launch():
+    """Decoding shapes: the templates split K (matmul) or the keys
+    (attention) and add a second kernel; the cost model counts its blocks,
+    its launch and the partial results' traffic."""
+    from fusecc.passes.fusion import cost_model as cm
+
+    matmul = _only_op(
+        "func.func @f(%x: tensor<1x2816xf32>, %w: tensor<2816x1024xf32>) -> tensor<1x1024xf32> {\n"
+        "  %0 = tensor.matmul %x, %w : (tensor<1x2816xf32>, tensor<2816x1024xf32>) -> tensor<1x1024xf32>\n"
+        "  func.return %0 : tensor<1x1024xf32>\n}\n"
+    )
+    attention = _only_op(
+        "func.func @f(%q: tensor<8x1x128xf32>, %k: tensor<8x4096x128xf32>) -> tensor<8x1x128xf32> {\n"
+        "  %0 = tensor.attention %q, %k, %k : (tensor<8x1x128xf32>, tensor<8x4096x128xf32>, tensor<8x4096x128xf32>) -> tensor<8x1x128xf32>\n"
+        "  func.return %0 : tensor<8x1x128xf32>\n}\n"
+    )
+    for op in (matmul, attention):
+        cost = cm.estimate_ops([op], H200)
+        assert cost.launch.launches == 2 and cost.launch.blocks >= H200.sm_count
+        assert cost.work.dram_bytes > cost.bytes_moved  # the partial results, written and read back
+        assert cost.gpu.launch_seconds == 2 * H200.launch_overhead
