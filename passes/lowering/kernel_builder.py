@@ -210,6 +210,12 @@ class KernelBuilder:
             for term in terms[1:]:
                 result = self.hoist(op, {}, [result, term])
             return result
+        if name == "Pow" and size.args[1].is_Integer and int(size.args[1]) > 0:  # S**2: S * S
+            base = self.index(_int_or(size.args[0]))
+            result = base
+            for _ in range(int(size.args[1]) - 1):
+                result = self.hoist(arith.MulOp, {}, [result, base])
+            return result
         if name in ("floor", "ceiling"):
             numerator, denominator = size.args[0].as_numer_denom()
             if denominator.is_Integer and denominator > 0:

@@ -218,3 +218,22 @@ def test_minilm_with_its_batch_and_sequence_dims_compiles_once_and_matches_onnxr
             scale = max(float(np.max(np.abs(expected))), 1e-30)
             assert float(np.max(np.abs(got[name].astype(np.float64) - expected))) <= 1e-4 * scale, (name, batch, sequence)
     assert program.stats.compilations == 1
+
+
+def test_a_size_with_a_power_of_a_dim_is_computed_in_the_kernel(tmp_path):
+    """Flattening [B, S, S] gives one axis of B*S**2 elements: the kernel
+    multiplies the sizes it reads (S**2 is S * S)."""
+    path = tmp_path / "square.ir"
+    path.write_text(
+        """func.func @main(%y: tensor<?x?x?xf32>) -> tensor<?x?x?xf32> attributes {fusecc.dims = [["B", "S", "S"]]} {
+  %0 = tensor.reshape %y {fusecc.dims = ["B*S*S"]} : (tensor<?x?x?xf32>) -> tensor<?xf32>
+  %1 = tensor.tanh %0 : (tensor<?xf32>) -> tensor<?xf32>
+  %2 = tensor.reshape %1 {fusecc.dims = ["B", "S", "S"]} : (tensor<?xf32>) -> tensor<?x?x?xf32>
+  func.return %2 : tensor<?x?x?xf32>
+}
+"""
+    )
+    program = fusecc.compile(str(path), target="cpu")
+    for batch, seq in [(1, 1), (2, 5), (3, 17)]:
+        y = np.random.default_rng(seq).standard_normal((batch, seq, seq)).astype(np.float32)
+        np.testing.assert_allclose(program(y=y)["result0"], np.tanh(y), rtol=1e-6, atol=1e-6)
