@@ -127,15 +127,23 @@ def _emit_cpu(kb: KernelBuilder, em: ScalarEmitter, outputs: Sequence[Output], s
     row, part = kb.im.delinearize(unit, [rows, chunks])
     outer = [kb.named(i, f"i{axis}") for axis, i in enumerate(kb.im.delinearize(row, shape[:-1]))]
 
-    def lane(v: Value) -> None:
-        j = kb.im.add(kb.im.mul(part, kb.im.const(chunk)), v)
-        store = lambda: compute_and_store(kb, em, outputs, outer + [j])  # noqa: E731
-        if ragged:
-            kb.if_(kb.lt(j, shape[-1]), store)
-        else:
-            store()
+    def lanes(guarded: bool) -> None:
+        def lane(v: Value) -> None:
+            j = kb.im.add(kb.im.mul(part, kb.im.const(chunk)), v)
+            store = lambda: compute_and_store(kb, em, outputs, outer + [j])  # noqa: E731
+            if guarded:
+                kb.if_(kb.lt(j, shape[-1]), store)
+            else:
+                store()
 
-    kb.parallel([chunk], ["vector"], lane, ["v"])
+        kb.parallel([chunk], ["vector"], lane, ["v"])
+
+    if ragged and type(shape[-1]) is not int:
+        # a `?` last axis: whole chunks run unguarded, only the last one checks
+        end = kb.im.add(kb.im.mul(part, kb.im.const(chunk)), kb.im.const(chunk))
+        kb.if_(kb.cmp("le", end, shape[-1]), lambda: lanes(False), lambda: lanes(True))
+    else:
+        lanes(ragged)
 
 
 __all__ = ["Output", "compute_and_store", "elementwise_part", "elementwise_parts"]
