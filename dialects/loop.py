@@ -177,8 +177,9 @@ class KernelOp(Operation):
         if gpu and cpu:
             raise VerifyError("mixes GPU mappings (block/thread) with CPU mappings (worker/vector)")
         if gpu:
-            if any(loop.dynamic_upper for loop in loops) or any(isinstance(a.type, MemRefType) and a.type.has_dynamic_shape for a in self.body.args):
-                raise VerifyError("dynamic shapes in GPU kernels are not supported yet (docs/dynamic-shapes.md)")
+            # `?` sizes reach a GPU kernel as arguments; the grid is computed at launch, the block is fixed.
+            if any(loop.maps_threads and loop.dynamic_upper for loop in loops):
+                raise VerifyError("thread-mapped loops need static extents (the block size is fixed when the kernel is compiled)")
             self._verify_gpu_structure(loops)
 
     def _verify_gpu_structure(self, loops) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 
+from fusecc.compiler import shape_expr
 from fusecc.compiler.diagnostics import InternalCompilerError
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import MemRefType, index
@@ -60,14 +61,16 @@ def constants_file(source_file: str) -> str:
 def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kernels.cu", arch: str | None = None, entry: str | None = None):
     """The launch manifest of `module`'s entry schedule for the emitted `cuda`;
     its constants carry their values (`data`) for `constants_bytes`."""
-    from fusecc.passes.backends.cuda.manifest import ArenaArg, ConstantArg, ConstantSpec, Launch, Manifest, ScalarArg, TensorArg, TensorSpec
+    from fusecc.passes.backends.cuda.manifest import ArenaArg, ConstantArg, ConstantSpec, Launch, Manifest, ScalarArg, SizeArg, TensorArg, TensorSpec
+    from fusecc.passes.backends.cuda.manifest_dims import in_dims
 
     schedule = entry_schedule(module, entry)
     places = buffer_places(schedule)
     names = list(schedule.inputs) + list(schedule.outputs)
+    shapes = schedule_shapes(schedule)
 
     def spec(arg: Value, name: str) -> TensorSpec:
-        return TensorSpec(name, arg.type.shape, dtype_name(arg.type.element_type))
+        return TensorSpec(name, shapes[arg], dtype_name(arg.type.element_type))
 
     used: dict[str, ConstantSpec] = {}
 
@@ -89,7 +92,8 @@ def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kern
         if place is None:
             raise EmitError(f"{where}: a buffer that is neither an input, an output nor in the arena")
         if place.buffer == "arena":
-            return ArenaArg(place.offset, value.type.shape, dtype_name(value.type.element_type))
+            offset = place.offset if type(place.offset) is int else in_dims(place.offset, {})  # the plan's expression, simplified
+            return ArenaArg(offset, shapes[value], dtype_name(value.type.element_type))
         if place.offset:
             raise EmitError(f"{where}: a view at byte {place.offset} of {place.buffer} '{names[place.index + (len(schedule.inputs) if place.buffer == 'output' else 0)]}' (kernels.json passes whole inputs and outputs)")
         name = (schedule.inputs if place.buffer == "input" else schedule.outputs)[place.index]
@@ -103,30 +107,54 @@ def build_manifest(module: Operation, cuda: CudaSource, source_file: str = "kern
             if 0 in info.grid or 0 in info.block:
                 continue  # an empty iteration space: nothing to run
             args = [argument(v, f"launch of @{op.kernel_name}, argument {i}") for i, v in enumerate(op.operands) if i not in info.baked_args]
-            launches.append(Launch(info.name, info.grid, info.block, args, info.dynamic_shared_bytes, info.static_shared_bytes))
+            # `?` sizes: the kernel's size parameters, and its grid, as expressions of the dims
+            args += [SizeArg(str(shapes[op.operands[i]][axis])) for i, axis in info.size_args]
+            sizes = {f"a{i}_{axis}": size for i, v in enumerate(op.operands) if v in shapes for axis, size in enumerate(shapes[v])}
+            grid = tuple(in_dims(g, sizes) if isinstance(g, str) else g for g in info.grid)
+            launches.append(Launch(info.name, grid, info.block, args, info.dynamic_shared_bytes, info.static_shared_bytes))
         elif isinstance(op, loop.CopyOp) and op in cuda.fills:
             fill = cuda.kernel(cuda.fills[op])
             if op.target.type.num_elements:
                 launches.append(Launch(fill.name, fill.grid, fill.block, [argument(op.target, "loop.copy target")]))
         elif isinstance(op, loop.CopyOp):
-            count = op.source.type.num_elements
+            count = shape_expr.product(shapes[op.source])
             if op.source.type.element_type is not op.target.type.element_type:
                 raise EmitError(f"a loop.copy from {op.source.type} to {op.target.type} changes the element type")
-            if count == 0:
+            if count == "0":
                 continue
             source, target = argument(op.source, "loop.copy source"), argument(op.target, "loop.copy target")
-            grid = (-(-count // COPY_KERNEL_BLOCK), 1, 1)
-            launches.append(Launch(copy_kernel_name(op.source.type.element_type), grid, (COPY_KERNEL_BLOCK, 1, 1), [source, target, ScalarArg(count, "i64")]))
+            size = int(count) if count.isdigit() else None
+            blocks = -(-size // COPY_KERNEL_BLOCK) if size is not None else in_dims(f"({count} + {COPY_KERNEL_BLOCK - 1})//{COPY_KERNEL_BLOCK}", {})
+            launches.append(Launch(copy_kernel_name(op.source.type.element_type), (blocks, 1, 1), (COPY_KERNEL_BLOCK, 1, 1), [source, target, ScalarArg(size, "i64") if size is not None else SizeArg(count)]))
     return Manifest(
         source=source_file,
         inputs=[spec(a, n) for a, n in zip(schedule.input_args, schedule.inputs)],
         outputs=[spec(a, n) for a, n in zip(schedule.output_args, schedule.outputs)],
         launches=launches,
         constants=list(used.values()),
-        arena_bytes=schedule.arena_size,
+        arena_bytes=schedule.arena_size if type(schedule.arena_size) is int else in_dims(schedule.arena_size, {}),
         entry=schedule.sym_name,
         arch=arch,
+        checks=[tuple(str(e.value) for e in check.elements) for check in getattr(schedule.attributes.get("dim_checks"), "elements", ())],
     )
+
+
+def schedule_shapes(schedule: loop.ScheduleOp) -> dict[Value, tuple]:
+    """The shape of each buffer of the schedule: ints, and a `?` axis as the
+    expression of the dims the schedule gives it (`arg_sizes`, a view's `sizes`)."""
+    def shape(t, sizes) -> tuple:
+        if not isinstance(t, MemRefType):
+            return ()
+        given = dict(zip(t.dynamic_axes, sizes or ()))
+        return tuple(d if type(d) is int else in_dims(given[axis], {}) for axis, d in enumerate(t.shape))
+
+    from fusecc.passes.backends.cuda.manifest_dims import in_dims
+
+    shapes = {arg: shape(arg.type, sizes) for arg, sizes in zip(schedule.body.args, schedule.argument_sizes())}
+    for op in schedule.body:
+        for result in op.results:
+            shapes[result] = shape(result.type, op.attr("sizes") if isinstance(op, (loop.ArenaViewOp, loop.ViewOp)) else ())
+    return shapes
 
 
 # --------------------------------------------------------------------------- NVRTC

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusecc.compiler.ir import Operation, Value
+from fusecc.compiler.shape_expr import total
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
 
@@ -31,11 +32,15 @@ class Place:
 
     buffer: str
     index: int
-    offset: int
-    size: int
+    offset: int | str  # bytes; an expression of the dims with `?` sizes
+    size: object  # bytes: an int, or a sympy count with `?` sizes
 
     def overlaps(self, other: "Place") -> bool:
-        return (self.buffer, self.index) == (other.buffer, other.index) and self.offset < other.offset + other.size and other.offset < self.offset + self.size
+        if (self.buffer, self.index) != (other.buffer, other.index):
+            return False
+        if not all(type(n) is int for n in (self.offset, self.size, other.offset, other.size)):
+            return True  # `?` sizes or offsets (expressions): may overlap
+        return self.offset < other.offset + other.size and other.offset < self.offset + self.size
 
 
 def buffer_places(schedule: loop.ScheduleOp) -> dict[Value, Place]:
@@ -49,7 +54,8 @@ def buffer_places(schedule: loop.ScheduleOp) -> dict[Value, Place]:
             places[op.result] = Place("arena", 0, op.offset, op.result.type.byte_size)
         elif isinstance(op, loop.ViewOp) and op.source in places:
             src = places[op.source]
-            places[op.result] = Place(src.buffer, src.index, src.offset + op.offset, op.result.type.byte_size)
+            offset = src.offset + op.offset if type(src.offset) is int and type(op.offset) is int else total([src.offset, op.offset])
+            places[op.result] = Place(src.buffer, src.index, offset, op.result.type.byte_size)
     return places
 
 

@@ -223,7 +223,7 @@ class FunctionLowering:
                 lowered = self.lowered[key] = LoweredGroup() if empty else fn(group, self.hw)
             except (LoweringError, TypeError) as exc:
                 if dynamic_loops.is_dynamic(group):  # a template that cannot take these `?` sizes yet
-                    raise dynamic_loops.not_supported(group, exc) from None
+                    raise dynamic_loops.not_supported(group, exc, self.hw) from None
                 if not isinstance(exc, LoweringError):
                     raise
                 # Fusion forms only groups the templates can lower, so this is fusecc's bug.

@@ -52,20 +52,33 @@ def shapes_key(group: GroupOp) -> tuple:
     return tuple(str(tuple(v.type.shape)) for v in list(group.operands) + list(group.results))
 
 
+# The GPU templates that take `?` dims (docs/dynamic-shapes.md, CUDA): the grid
+# of their kernels is computed at launch, the block stays fixed.
+SUPPORTED_GPU = {
+    "elementwise": lambda op: True,
+    "injective": lambda op: True,
+    "reduction": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
+    "horizontal": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
+}
+
+
+def target_words(hw) -> str:
+    return f"on target cuda ({hw.name})" if hw.is_gpu else "on the CPU"
+
+
 def check_supported(func: Operation, hw) -> None:
     """A located error for what cannot be lowered with `?` dims yet."""
-    if hw.is_gpu:
-        raise error(func.location, f"dynamic shapes ('?' dims) are not supported yet on GPU targets ({hw.name}); use --target cpu or --target reference (docs/dynamic-shapes.md)")
+    supported = SUPPORTED_GPU if hw.is_gpu else SUPPORTED
     for group in func.walk():
         if not isinstance(group, GroupOp) or not is_dynamic(group):
             continue
         kind = group.attr("kind")
-        allowed = SUPPORTED.get(kind)
+        allowed = supported.get(kind)
         refused = next((op for op in group.body_ops() if allowed is None or not allowed(op)), None)
         if refused is not None:
             raise error(
                 refused.location,
-                f"'{refused.name}' in a {kind} group with '?' dims is not supported yet on the CPU (docs/dynamic-shapes.md); "
+                f"'{refused.name}' in a {kind} group with '?' dims is not supported yet {target_words(hw)} (docs/dynamic-shapes.md); "
                 "give the dims sizes (--shape) or use --target reference",
             )
 
@@ -84,10 +97,11 @@ def runtime_checks(func: Operation) -> list[list[str]]:
     return out
 
 
-def not_supported(group: GroupOp, reason: Exception):
+def not_supported(group: GroupOp, reason: Exception, hw=None):
     """The located error for a group a template could not lower with `?`
     sizes (a size it must compare at compile time, say)."""
-    return error(group.location, f"group {group.attr('id')} ({group.attr('kind')}) with '?' dims is not supported yet on the CPU ({reason}); give the dims sizes (--shape) or use --target reference (docs/dynamic-shapes.md)")
+    where = "on the CPU" if hw is None else target_words(hw)
+    return error(group.location, f"group {group.attr('id')} ({group.attr('kind')}) with '?' dims is not supported yet {where} ({reason}); give the dims sizes (--shape) or use --target reference (docs/dynamic-shapes.md)")
 
 
 def erased(t):
@@ -123,5 +137,5 @@ def erase_dims(schedule: loop.ScheduleOp, kernels) -> None:
                 _erase(result)
 
 
-__all__ = ["SUPPORTED", "check_supported", "runtime_checks", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
+__all__ = ["SUPPORTED", "SUPPORTED_GPU", "check_supported", "runtime_checks", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
 

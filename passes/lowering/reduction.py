@@ -707,7 +707,7 @@ def lower_group(group: GroupOp, hw: Hardware) -> LoweredGroup:
         # `?` dims: one worker per row, the rows and their length known at run time
         lowered = lower_rows(group, hw, analysis, replace(config, split=1))
         if lowered is None:
-            raise error(group.location, "a reduction group with '?' dims that is not row-local is not supported yet on the CPU (docs/dynamic-shapes.md)")
+            raise error(group.location, f"a reduction group with '?' dims that is not row-local is not supported yet {dynamic_loops.target_words(hw)} (docs/dynamic-shapes.md)")
         return lowered
     if not analysis.nodes:
         kernel, refs = group_io_kernel(group)

@@ -14,6 +14,7 @@ byte per element.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fusecc.passes.backends.cuda.manifest import ArenaArg, ConstantArg, Launch, Manifest, ScalarArg, TensorArg
+from fusecc.passes.backends.cuda.manifest import ArenaArg, ConstantArg, Launch, Manifest, ScalarArg, SizeArg, TensorArg
 
 ALIGNMENT = 256
 
@@ -107,6 +108,53 @@ def gather_inputs(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any])
     return gathered
 
 
+def bind_dims(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, int]:
+    """The named dims of one call of a dynamic manifest, from its inputs'
+    shapes; every other `?` size and the runtime checks are checked here,
+    before any kernel runs."""
+    from fusecc.passes.backends.cuda.manifest_dims import evaluate
+
+    if not isinstance(inputs, Mapping):
+        if len(inputs) != len(manifest.inputs):
+            raise ExecutionError(f"the program takes {len(manifest.inputs)} inputs, got {len(inputs)}")
+        inputs = {spec.name: value for spec, value in zip(manifest.inputs, inputs)}
+    shapes = {}
+    for spec in manifest.inputs:
+        if spec.name not in inputs:
+            raise ExecutionError(f"missing input '{spec.name}'")
+        shapes[spec.name] = tuple(np.shape(inputs[spec.name]))
+        if len(shapes[spec.name]) != len(spec.shape):
+            raise ExecutionError(f"input '{spec.name}' has shape {list(shapes[spec.name])}, expected rank {len(spec.shape)} ({list(spec.shape)})")
+    dims = {}
+    for name, (source, axis) in manifest.dims.items():
+        dims[name] = shapes[source][axis]
+        if dims[name] < 1:
+            raise ExecutionError(f"input '{source}' axis {axis} is {dims[name]}, but the dim {name} must be at least 1")
+    for spec in manifest.inputs:
+        want = [evaluate(d, dims) for d in spec.shape]
+        if list(shapes[spec.name]) != want:
+            raise ExecutionError(f"input '{spec.name}' has shape {list(shapes[spec.name])}, expected {list(spec.shape)} = {want} at {dims}")
+    for lhs, rhs, where, message in manifest.checks:
+        if evaluate(lhs, dims) != evaluate(rhs, dims):
+            raise ExecutionError(f"{where}: error: {message}: {lhs} = {evaluate(lhs, dims)}, {rhs} = {evaluate(rhs, dims)}")
+    return dims
+
+
+@functools.lru_cache(maxsize=32)
+def _specialized(manifest: Manifest, dims: tuple) -> Manifest:
+    from fusecc.passes.backends.cuda.manifest_dims import specialize
+
+    return specialize(manifest, dict(dims))
+
+
+def for_call(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any]) -> Manifest:
+    """The static manifest that runs these inputs: `manifest` itself, or a
+    dynamic one at the dims the inputs bind (kept for the recent shapes)."""
+    if not manifest.is_dynamic:
+        return manifest
+    return _specialized(manifest, tuple(sorted(bind_dims(manifest, inputs).items())))
+
+
 def constant_values(manifest: Manifest, folder: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
     """Each constant's values in device layout: the manifest's own (built in
     this process) or read from the file it names inside `folder`."""
@@ -170,6 +218,8 @@ class Bound:
                 bound.append(tensor_view(self.memory, arg.offset, arg.shape, arg.dtype))
             elif isinstance(arg, ConstantArg):
                 bound.append(self.constants[arg.name])
+            elif isinstance(arg, SizeArg):
+                bound.append(np.int64(arg.size))  # a `?` size of a specialised manifest (manifest_dims.specialize)
             else:
                 bound.append(scalar_value(arg))
         return bound
@@ -188,6 +238,7 @@ def run_on_cpu(
     order (constants from `folder` when the manifest was read from a file)."""
     from fusecc.runtime.cuda.cpu_harness import CpuModule
 
+    manifest = for_call(manifest, inputs)
     host_inputs = gather_inputs(manifest, inputs)
     module = CpuModule.compile(source, manifest.source, cache_dir=cache_dir)
     bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8), constant_values(manifest, folder))

@@ -28,7 +28,7 @@ import numpy as np
 from fusecc.runtime import cache
 
 from fusecc.runtime.cuda.driver_check import driver_mismatch, dynamic_shared_opt_in, split_driver_version, wheel_cuda_majors
-from fusecc.runtime.cuda.execute import Bound, constant_values, from_device_layout, gather_inputs, plan_memory, to_device_layout
+from fusecc.runtime.cuda.execute import Bound, constant_values, for_call, from_device_layout, gather_inputs, plan_memory, to_device_layout
 from fusecc.passes.backends.cuda.manifest import Manifest
 from fusecc.runtime.cuda.nvrtc import NvrtcOptions, compile_cuda, nvrtc_version
 from fusecc.passes.backends.cuda.source import INCLUDE_DIR, PRELUDE_NAME
@@ -118,10 +118,29 @@ class CudaRuntime:
 
 
 class GpuProgram:
-    """A program's kernels, memory and bound arguments on one device."""
+    """A program's kernels, memory and bound arguments on one device.
+
+    A dynamic manifest (`?` sizes) is bound per shape: the first call at a
+    shape allocates its memory, uploads the constants and binds the
+    arguments of the manifest specialised to its dims; the most recent
+    `SHAPES_KEPT` shapes stay ready, so a repeated shape costs a static call."""
+
+    SHAPES_KEPT = 4
 
     def __init__(self, runtime: CudaRuntime, manifest: Manifest, module, constants: Mapping[str, np.ndarray] | None = None):
         self.runtime = runtime
+        self.module = module
+        self.constants = constants
+        self.dynamic = manifest if manifest.is_dynamic else None
+        self.shapes: dict[Manifest, tuple] = {}  # specialised manifest -> (bound, args, graph), most recent last
+        self.manifest = manifest
+        self.bound = None
+        self.graph = None
+        if self.dynamic is None:
+            self._bind(manifest)
+
+    def _bind(self, manifest: Manifest) -> None:
+        runtime, module, constants = self.runtime, self.module, self.constants
         self.manifest = manifest
         with runtime.device, runtime.stream:  # zeroed on the stream that then uses it
             self.bound = Bound(manifest, runtime.cp.zeros(plan_memory(manifest).total_bytes, dtype=runtime.cp.uint8))
@@ -138,7 +157,25 @@ class GpuProgram:
         self.args = [tuple(self.bound.args(launch)) for launch in manifest.launches]
         self.graph = None
 
+    def _at_shape(self, inputs) -> None:
+        """Switch to the specialised manifest of these inputs' dims."""
+        manifest = for_call(self.dynamic, inputs)
+        if manifest is self.manifest:
+            return
+        if self.bound is not None and self.manifest is not self.dynamic:
+            self.shapes[self.manifest] = (self.bound, self.args, self.graph, self.kernels)
+        kept = self.shapes.pop(manifest, None)
+        if kept is not None:
+            self.manifest = manifest
+            self.bound, self.args, self.graph, self.kernels = kept
+        else:
+            while len(self.shapes) >= self.SHAPES_KEPT:
+                self.shapes.pop(next(iter(self.shapes)))  # the least recent: its memory goes back to CuPy's pool
+            self._bind(manifest)
+
     def set_inputs(self, inputs: Mapping[str, Any] | Sequence[Any]) -> None:
+        if self.dynamic is not None:
+            self._at_shape(inputs)
         host = gather_inputs(self.manifest, inputs)
         with self.runtime.device:
             for spec in self.manifest.inputs:
@@ -150,6 +187,8 @@ class GpuProgram:
 
     def launch(self) -> None:
         """Enqueue the program on the runtime's stream (asynchronous)."""
+        if self.bound is None:
+            raise GpuLaunchError("a program with '?' dims is bound per shape: set its inputs first (set_inputs or a call)")
         with self.runtime.device, self.runtime.stream:
             if self.graph is not None:
                 self.graph.launch(self.runtime.stream)

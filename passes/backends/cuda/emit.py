@@ -46,7 +46,7 @@ class KernelInfo:
 
     name: str  # in C; the loop IR's symbol is `sym_name`
     sym_name: str
-    grid: tuple[int, int, int]
+    grid: tuple  # ints; a dimension computed at launch is an expression over the arguments' sizes `a{i}_{axis}`
     block: tuple[int, int, int]
     static_shared_bytes: int
     dynamic_shared_bytes: int
@@ -56,6 +56,7 @@ class KernelInfo:
     kind: str | None = None
     baked_args: tuple[int, ...] = ()  # arguments the kernel reads as constant data instead: the launch leaves them out
     estimate: tuple[int, int] | None = None  # (registers per thread, shared bytes) fusion and tiling assumed (`tile.*`)
+    size_args: tuple[tuple[int, int], ...] = ()  # (argument, axis) of each `?` size parameter, after the others (dynamic_sizes.py)
 
 
 @dataclass
@@ -220,7 +221,7 @@ def render_cuda(module: Operation, source_name: str | None = None) -> CudaSource
             body = body[: open_at + 1] + ["  FUSECC_EXTERN_SHARED(unsigned char, fusecc_dynamic_shared);"] + body[open_at + 1 :]
         k = em.kernel
         estimate = (k.attr("tile.registers"), k.attr("tile.shared_memory")) if "tile.registers" in k.attributes else None
-        add(em.data_lines + body, (em.name, k.sym_name, em.grid, em.block, em.static_shared, em.dynamic_shared, em.params, k.attr("group"), k.attr("kind"), tuple(sorted(em.baked)), estimate))
+        add(em.data_lines + body, (em.name, k.sym_name, em.grid, em.block, em.static_shared, em.dynamic_shared, em.params, k.attr("group"), k.attr("kind"), tuple(sorted(em.baked)), estimate, tuple(em.size_args)))
     for element in copy_types:
         c_type = "long long" if element is index else C_STORAGE[element]
         params = [KernelParam("source", f"const {c_type}* __restrict__", f"memref<?x{element}>"), KernelParam("target", f"{c_type}* __restrict__", f"memref<?x{element}>", True), KernelParam("count", "long long", "i64")]

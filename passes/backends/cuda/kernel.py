@@ -47,6 +47,7 @@ from fusecc.passes.backends.cuda.c_text import (
     is_reduced_float,
     unique_global,
 )
+from fusecc.passes.backends.cuda.dynamic_sizes import c_shape, is_dynamic_kernel, launch_grid, render_dim, size_params
 from fusecc.passes.backends.cuda.mma import render_mma
 from fusecc.passes.backends.cuda.op_table import CODE_FOR_OP
 from fusecc.passes.backends.cuda.vector_memory import RENDERERS as VECTOR_MEMORY_RENDERERS
@@ -72,7 +73,10 @@ class KernelParam:
 
 
 def choose_index_type(kernel: loop.KernelOp) -> str:
-    """`int` when every buffer and extent fits in 31 bits (cheaper on the GPU), else `long long`."""
+    """`int` when every buffer and extent fits in 31 bits (cheaper on the GPU), else `long long`
+    (always with `?` sizes: they are known only at launch)."""
+    if is_dynamic_kernel(kernel):
+        return "long long"
     for op in kernel.walk():
         for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.args]:
             if isinstance(v.type, MemRefType) and v.type.num_elements > INT32_MAX:
@@ -89,8 +93,9 @@ def choose_index_type(kernel: loop.KernelOp) -> str:
     return "int"
 
 
-def gpu_structure(kernel: loop.KernelOp) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(grid, block), after checking the kernel is mapped for a GPU within its limits."""
+def gpu_structure(kernel: loop.KernelOp) -> tuple[tuple, tuple[int, int, int]]:
+    """(grid, block), after checking the kernel is mapped for a GPU within its limits.
+    A grid dimension computed at launch is its expression's text (dynamic_sizes.py)."""
     loops = kernel.parallel_loops()
     blocks = [p for p in loops if p.maps_blocks]
     for p in loops:
@@ -100,8 +105,9 @@ def gpu_structure(kernel: loop.KernelOp) -> tuple[tuple[int, int, int], tuple[in
     if len(blocks) > 1:
         raise EmitError(f"kernel @{kernel.sym_name} has {len(blocks)} block-mapped loops; a GPU kernel has one")
     grid, block = kernel.launch_dims()
+    grid = tuple(launch_grid(kernel, blocks[0] if blocks else None, list(grid)))
     for axis, (g, limit) in enumerate(zip(grid, MAX_GRID)):
-        if g > limit:
+        if isinstance(g, int) and g > limit:
             raise EmitError(f"kernel @{kernel.sym_name}: grid dimension {'xyz'[axis]} = {g} exceeds {limit}")
     threads = block[0] * block[1] * block[2]
     if threads > MAX_THREADS_PER_BLOCK:
@@ -124,13 +130,14 @@ def plan_shared(kernel: loop.KernelOp) -> tuple[dict, int, int]:
 
 
 def flat_index(shape, indices: list[str]) -> str:
-    """The row-major offset of C index expressions into a buffer of `shape`."""
+    """The row-major offset of C index expressions into a buffer of `shape`
+    (sizes are ints, or C names of `?` sizes)."""
     terms = []
     stride = 1
     for size, expr in reversed(list(zip(shape, indices))):
         if expr != "0":
             terms.append(expr if stride == 1 else f"{expr} * {stride}")
-        stride *= size
+        stride = stride * size if isinstance(size, int) and isinstance(stride, int) else size if stride == 1 else f"{stride} * {size}"
     return " + ".join(reversed(terms)) or "0"
 
 
@@ -184,7 +191,7 @@ def signature(self: "KernelRenderer") -> tuple[list[KernelParam], list[str]]:
             prologue.append(f"  const float {name} = {LOAD_CONVERSION[t]}({raw});")
         else:
             params.append(KernelParam(name, self.value_type(t), str(t)))
-    return params, prologue
+    return params + [KernelParam(*p) for p in size_params(self)], prologue
 
 
 # --------------------------------------------------------------------------- the renderer
@@ -213,6 +220,8 @@ class KernelRenderer:
         self.written = written_buffers(kernel)
         self.mma_kinds: set[str] = set()  # nvgpu.mma_sync kinds used (the prelude's helpers, mma.py)
         self.uses_vector_memory = False  # loop.load_vector / copy_async (the prelude's helpers, vector_memory.py)
+        self.sizes: dict[tuple[Value, int], str] = {}  # (argument, `?` axis) -> its size parameter
+        self.size_args: list[tuple[int, int]] = []  # (argument index, axis) of each size parameter, in order
 
     def is_constant(self, buffer: Value) -> bool:
         """Whether `buffer` is constant data (kept as f32 for f16/bf16)."""
@@ -338,7 +347,8 @@ class KernelRenderer:
             self.render_block(op.body)
             self.close()
             return
-        for arg, upper in zip(op.induction_vars, op.upper):  # a sequential nest
+        for arg, upper in zip(op.induction_vars, op.extents):  # a sequential nest
+            upper = self.e(upper) if isinstance(upper, Value) else upper
             self.names.push()
             i = self.name_for(arg, "i")
             self.open(f"for ({self.index_type} {i} = 0; {i} < {upper}; ++{i}) {{")
@@ -441,7 +451,7 @@ class KernelRenderer:
         self.line(f"{const}{c_type}* {name} = {expr};  // {t}")
 
     def element(self, buffer: Value, indices) -> str:
-        return f"{self.e(buffer)}[{flat_index(buffer.type.shape, [self.e(i) for i in indices])}]"
+        return f"{self.e(buffer)}[{flat_index(c_shape(self, buffer), [self.e(i) for i in indices])}]"
 
     def render_load(self, op: loop.LoadOp) -> None:
         t = op.buffer.type.element_type
@@ -485,6 +495,7 @@ class KernelRenderer:
         "loop.view": render_view,
         "loop.load": render_load,
         "loop.store": render_store,
+        "loop.dim": render_dim,
         "nvgpu.mma_sync": render_mma,
         **VECTOR_MEMORY_RENDERERS,
     }

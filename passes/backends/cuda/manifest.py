@@ -13,8 +13,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from fusecc.passes.backends.cuda.manifest_dims import ManifestError, SizeArg, dim_sources, is_dynamic, validate_dynamic
+
 SCHEMA_VERSION = 2  # 2 added `constants`; a document without constants is still written as version 1
-READABLE_VERSIONS = (1, 2)
+DYNAMIC_VERSION = 3  # 3 added `?` sizes: expressions of named `dims`, `size` arguments, `checks` (manifest_dims.py)
+READABLE_VERSIONS = (1, 2, 3)
 MAX_THREADS_PER_BLOCK = 1024
 # Dynamic shared memory a kernel may use without opting in; above it the host
 # must raise the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first.
@@ -26,18 +29,21 @@ COMPILE_OPTIONS = ("-std=c++17",)
 DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
 
 
-class ManifestError(ValueError):
-    """A kernels.json that does not follow the schema."""
-
-
 class _ShapedBuffer:
-    """A buffer described by `shape` and `dtype`, sized in bytes."""
+    """A buffer described by `shape` and `dtype`, sized in bytes. A size may
+    be an expression of the named dims (a string, version 3)."""
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(self.shape))
 
     @property
+    def is_symbolic(self) -> bool:
+        return any(isinstance(d, str) for d in self.shape)
+
+    @property
     def nbytes(self) -> int:
+        if self.is_symbolic:
+            raise ManifestError(f"a buffer of shape {list(self.shape)} has no size before the dims are bound (manifest_dims.specialize)")
         return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
 
 
@@ -68,7 +74,7 @@ class TensorArg:
 class ArenaArg(_ShapedBuffer):
     """A pointer to a temporary at a byte offset in the arena."""
 
-    offset: int
+    offset: int | str  # bytes; an expression of the dims in a dynamic manifest
     shape: tuple[int, ...]
     dtype: str
 
@@ -114,13 +120,13 @@ class ConstantArg:
         return {"constant": self.name}
 
 
-Arg = Union[TensorArg, ArenaArg, ScalarArg, ConstantArg]
+Arg = Union[TensorArg, ArenaArg, ScalarArg, ConstantArg, SizeArg]
 
 
 @dataclass(frozen=True)
 class Launch:
     kernel: str
-    grid: tuple[int, int, int]
+    grid: tuple  # ints, or expressions of the dims computed at launch (version 3)
     block: tuple[int, int, int]
     args: tuple[Arg, ...]
     shared_bytes: int = 0  # dynamic shared memory
@@ -156,19 +162,33 @@ class Manifest:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     launches: tuple[Launch, ...]
-    arena_bytes: int = 0
+    arena_bytes: int | str = 0
     entry: str = "main"
     arch: str | None = None  # what the kernels were tiled for; they compile for any
     compile_options: tuple[str, ...] = COMPILE_OPTIONS  # give these to NVRTC/nvcc, with -arch
     constants: tuple[ConstantSpec, ...] = ()
     version: int | None = None  # None: the lowest version that can say what this manifest holds
+    # Runtime dim checks shape inference left (compiler/dims.py): (lhs, rhs, where, message), expressions of the dims.
+    checks: tuple[tuple[str, str, str, str], ...] = ()
 
     def __post_init__(self):
         for name in ("inputs", "outputs", "launches", "compile_options", "constants"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "checks", tuple(tuple(c) for c in self.checks))
         if self.version is None:
-            object.__setattr__(self, "version", SCHEMA_VERSION if self.constants else 1)
+            object.__setattr__(self, "version", DYNAMIC_VERSION if self.is_dynamic else SCHEMA_VERSION if self.constants else 1)
         self.validate()
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether sizes are expressions of named dims, bound per call."""
+        return is_dynamic(self)
+
+    @property
+    def dims(self) -> dict[str, tuple[str, int]]:
+        """Each named dim -> (input, axis) that defines it: the first input
+        axis whose size is the bare name."""
+        return dim_sources(self)
 
     @property
     def kernel_names(self) -> list[str]:
@@ -197,6 +217,8 @@ class Manifest:
             "inputs": [s.to_dict() for s in self.inputs],
             "outputs": [s.to_dict() for s in self.outputs],
             "constants": [c.to_dict() for c in self.constants] if self.constants else None,
+            "dims": [{"name": n, "input": i, "axis": a} for n, (i, a) in self.dims.items()] if self.is_dynamic else None,
+            "checks": [dict(zip(("lhs", "rhs", "where", "message"), c)) for c in self.checks] if self.checks else None,
             "launches": [launch.to_dict() for launch in self.launches],
         }
         return {k: v for k, v in document.items() if v is not None}
@@ -235,6 +257,10 @@ class Manifest:
             raise ManifestError(f"inputs/outputs: names must be unique, got {names}")
         for spec in (*self.inputs, *self.outputs):
             _check_dtype(spec.dtype, f"tensor '{spec.name}'")
+        if self.is_dynamic:
+            if self.version < DYNAMIC_VERSION:
+                raise ManifestError(f"sizes are expressions of dims: need version {DYNAMIC_VERSION}, the document says {self.version}")
+            return validate_dynamic(self)
         if self.arena_bytes < 0:
             raise ManifestError("arena_bytes: must not be negative")
         roles = {s.name: "input" for s in self.inputs} | {s.name: "output" for s in self.outputs}
@@ -254,6 +280,8 @@ class Manifest:
                 elif isinstance(arg, ConstantArg):
                     if arg.name not in constant_names:
                         raise ManifestError(f"{at}: no constant named '{arg.name}'")
+                elif isinstance(arg, SizeArg):
+                    _check_dtype(arg.dtype, at)
                 elif isinstance(arg, ArenaArg):
                     _check_dtype(arg.dtype, at)
                     if arg.offset < 0 or arg.offset + arg.nbytes > self.arena_bytes:
@@ -284,10 +312,11 @@ class _Reader:
             raise ManifestError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {json.dumps(value)}")
         return value
 
-    def ints(self, obj: Any, key: str, where: str) -> tuple[int, ...]:
+    def ints(self, obj: Any, key: str, where: str) -> tuple[int | str, ...]:
+        """Integers, or expressions of the dims (strings, version 3)."""
         values = self.field(obj, key, list, where)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise ManifestError(f"{where}.{key}: expected a list of integers, got {json.dumps(values)}")
+        if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in values):
+            raise ManifestError(f"{where}.{key}: expected a list of integers or size expressions, got {json.dumps(values)}")
         return tuple(values)
 
     def strings(self, obj: Any, key: str, where: str, default) -> tuple[str, ...]:
@@ -300,16 +329,18 @@ class _Reader:
         return TensorSpec(self.field(obj, "name", str, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
 
     def arg(self, obj: Any, where: str) -> Arg:
-        kinds = [k for k in ("input", "output", "arena", "scalar", "constant") if isinstance(obj, dict) and k in obj]
+        kinds = [k for k in ("input", "output", "arena", "scalar", "constant", "size") if isinstance(obj, dict) and k in obj]
         if len(kinds) != 1:
-            raise ManifestError(f"{where}: an argument has exactly one of input, output, arena, scalar, constant")
+            raise ManifestError(f"{where}: an argument has exactly one of input, output, arena, scalar, constant, size")
         kind = kinds[0]
+        if kind == "size":
+            return SizeArg(self.field(obj, "size", (int, str), where), self.field(obj, "dtype", str, where, "i64"))
         if kind == "constant":
             return ConstantArg(self.field(obj, "constant", str, where))
         if kind in ("input", "output"):
             return TensorArg(kind, self.field(obj, kind, str, where))
         if kind == "arena":
-            return ArenaArg(self.field(obj, "arena", int, where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
+            return ArenaArg(self.field(obj, "arena", (int, str), where), self.ints(obj, "shape", where), self.field(obj, "dtype", str, where))
         return ScalarArg(self.field(obj, "scalar", (int, float), where), self.field(obj, "dtype", str, where))
 
     def constant(self, obj: Any, where: str) -> ConstantSpec:
@@ -338,13 +369,24 @@ class _Reader:
 
     def manifest(self, doc: Any) -> Manifest:
         where = "kernels.json"
+        checks = [tuple(self.field(c, k, str, f"checks[{i}]") for k in ("lhs", "rhs", "where", "message")) for i, c in enumerate(self.field(doc, "checks", list, where, []))]
+        manifest = self.read(doc, where, checks)
+        dims = self.field(doc, "dims", list, where, None)
+        if dims is not None:
+            written = {self.field(d, "name", str, f"dims[{i}]"): (self.field(d, "input", str, f"dims[{i}]"), self.field(d, "axis", int, f"dims[{i}]")) for i, d in enumerate(dims)}
+            if written != manifest.dims:
+                raise ManifestError(f"{where}.dims: {written} disagrees with the inputs' shapes, which define {manifest.dims}")
+        return manifest
+
+    def read(self, doc: Any, where: str, checks) -> Manifest:
         return Manifest(
+            checks=tuple(checks),
             version=self.field(doc, "version", int, where),
             source=self.field(doc, "source", str, where),
             entry=self.field(doc, "entry", str, where, "main"),
             arch=self.field(doc, "arch", str, where, None),
             compile_options=tuple(self.strings(doc, "compile_options", where, COMPILE_OPTIONS)),
-            arena_bytes=self.field(doc, "arena_bytes", int, where, 0),
+            arena_bytes=self.field(doc, "arena_bytes", (int, str), where, 0),
             inputs=tuple(self.spec(s, f"inputs[{i}]") for i, s in enumerate(self.field(doc, "inputs", list, where))),
             outputs=tuple(self.spec(s, f"outputs[{i}]") for i, s in enumerate(self.field(doc, "outputs", list, where))),
             constants=tuple(self.constant(c, f"constants[{i}]") for i, c in enumerate(self.field(doc, "constants", list, where, []))),

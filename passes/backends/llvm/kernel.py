@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 from fusecc.compiler.diagnostics import error
 from fusecc.compiler.ir import Block, Operation, Value
-from fusecc.compiler.shape_expr import parse_shape_expr
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
 from fusecc.passes.backends.hardware import Hardware
+from fusecc.passes.backends.host_extent import host_extent
 from fusecc.passes.backends.llvm.analysis import (
     UNKNOWN_TRIPS,
     ArgFacts,
@@ -399,30 +399,3 @@ STRUCTURE = {
     "loop.view": KernelEmitter.emit_view,
     "loop.dim": KernelEmitter.emit_dim,
 }
-
-
-_HOST_OPS = {"arith.add": "+", "arith.sub": "-", "arith.mul": "*", "arith.div": "//", "arith.rem": "%", "arith.max": "max", "arith.min": "min"}
-
-
-def host_extent(value: Value, kernel: loop.KernelOp):
-    """The worker extent `value` as a ShapeExpr the runtime evaluates per
-    launch from the arguments' sizes (`a{i}_{axis}`): it must be computed at
-    the kernel's top from `loop.dim`s, constants and index arithmetic (sizes
-    are not negative, so truncating division is floor division)."""
-    args = {arg: i for i, arg in enumerate(kernel.body.args)}
-
-    def text(v: Value) -> str:
-        op = v.defining_op
-        if op is None or op.parent_op is not kernel:
-            raise error(kernel.location, f"kernel @{kernel.sym_name}: the worker extent must be computed at the kernel's top from loop.dim and constants")
-        if isinstance(op, loop.DimOp) and op.source in args:
-            return f"a{args[op.source]}_{op.axis}"
-        if op.name == "arith.constant":
-            return str(op.attr("value").value)
-        symbol = _HOST_OPS.get(op.name)
-        if symbol is None:
-            raise error(op.location, f"kernel @{kernel.sym_name}: '{op.name}' cannot compute a worker extent on the host")
-        a, b = (text(o) for o in op.operands)
-        return f"{symbol}({a}, {b})" if symbol.isalpha() else f"({a} {symbol} {b})"
-
-    return parse_shape_expr(text(value))

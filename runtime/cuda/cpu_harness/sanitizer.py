@@ -298,8 +298,9 @@ def _message(launch: _Launch, f: _Finding, other_line: int | None) -> str:
 def run_sanitized(manifest, source: str, inputs: Mapping[str, Any] | Sequence[Any], *, cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, np.ndarray], list[Finding]]:
     """Run a (manifest, kernels.cu, inputs) triple sanitized: (outputs, findings)."""
     from fusecc.passes.backends.cuda.manifest import ArenaArg, TensorArg
-    from fusecc.runtime.cuda.execute import Bound, constant_values, from_device_layout, gather_inputs, plan_memory, to_device_layout
+    from fusecc.runtime.cuda.execute import Bound, constant_values, for_call, from_device_layout, gather_inputs, plan_memory, to_device_layout
 
+    manifest = for_call(manifest, inputs)  # a dynamic manifest at the dims these inputs bind
     host = gather_inputs(manifest, inputs)
     sanitizer = Sanitizer(source, manifest.source, cache_dir)
     bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8), constant_values(manifest))

@@ -113,12 +113,15 @@ def test_a_group_the_cpu_templates_cannot_take_yet_is_a_located_error(tmp_path):
         fusecc.compile(str(path), target="cpu")
 
 
-def test_gpu_targets_refuse_dynamic_shapes_with_a_located_error(tmp_path):
+def test_gpu_targets_take_dynamic_elementwise_groups_and_refuse_matmuls_with_a_located_error(tmp_path):
+    # (the CUDA side: tests/runtime/cuda/test_dynamic_cuda.py)
     path = tmp_path / "ew.ir"
     path.write_text(ELEMENTWISE)
-    program = fusecc.compile(str(path), target="reference")
-    with pytest.raises(Exception, match=r"dynamic shapes \('\?' dims\) are not supported yet on GPU targets"):
-        program.source("cuda")
+    assert "long long in0_d0" in fusecc.compile(str(path), target="reference").source("cuda")
+    path = tmp_path / "mm.ir"
+    path.write_text(MATMUL)
+    with pytest.raises(Exception, match=r"mm.ir:\d+:\d+: .*with '\?' dims is not supported yet on target cuda"):
+        fusecc.compile(str(path), target="reference").source("cuda")
 
 
 ENCODER = pathlib.Path(__file__).parent / "inputs" / "encoder_block_dynamic.ir"

@@ -62,14 +62,15 @@ def test_round_trip_and_documented_shape():
     "edit, message",
     [
         (lambda d: d.pop("source"), r"kernels.json: missing 'source'"),
-        (lambda d: d.update(version=3), r"version: this fusecc reads versions 1, 2, not 3"),
+        (lambda d: d.update(version=4), r"version: this fusecc reads versions 1, 2, 3, not 4"),
+        (lambda d: d["launches"][0].update(grid=["4"]), r"sizes are expressions of dims: need version 3, the document says 1"),
         (lambda d: d["inputs"][0].update(dtype="f8"), r"tensor 'x': unknown dtype 'f8'"),
         (lambda d: d["launches"][0]["args"][0].update(input="y"), r"launches\[0\] \(bias_gelu_2d\).args\[0\]: no input named 'y'"),
         (lambda d: d["launches"][1]["args"][0].update(arena=128), r"launches\[1\] \(axpby\).args\[0\]: bytes \[128, 1328\) lie outside the arena of 1264"),
         (lambda d: d["launches"][1]["args"][0].update(arena=2), r"offset 2 is not aligned for f32"),
         (lambda d: d["launches"][1]["args"][1].update(output="result0"), r"launches\[1\].args\[1\]: an argument has exactly one of"),
         (lambda d: d["launches"][0].update(block=[64, 32]), r"a block of 2048 threads exceeds 1024"),
-        (lambda d: d["launches"][0].update(grid=["4"]), r"launches\[0\].grid: expected a list of integers"),
+        (lambda d: d["launches"][0].update(grid=[4.5]), r"launches\[0\].grid: expected a list of integers or size expressions"),
     ],
 )
 def test_malformed_manifests_name_the_field(edit, message):
