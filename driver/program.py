@@ -29,6 +29,13 @@ from fusecc.driver.input_check import InputError, check_input
 TARGETS = ("cpu", "cuda", "reference")
 
 
+def verify_each() -> bool:
+    """Verify the IR after every pass: with $FUSECC_VERIFY_EACH=1 (the test
+    suite sets it; `fusecc-opt` verifies each pass by default). Off, a
+    compile verifies the model once, when it is read."""
+    return os.environ.get("FUSECC_VERIFY_EACH", "") not in ("", "0")
+
+
 class CompileError(DiagnosticError):
     """A problem in the model, at a source position (or an ONNX node): its
     str() is the rendered diagnostic, `file:line:col: error: message`."""
@@ -49,6 +56,7 @@ class Stats:
     calls: int = 0
     compile_seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    from_cache: bool = False  # the compiled program was loaded from the disk cache (driver/program_cache.py)
 
 
 @dataclass
@@ -58,8 +66,9 @@ class _Signature:
     result_names: list[str]
 
 
-def _load(model, engine: DiagnosticEngine, shapes, resources) -> Operation:
-    from fusecc.driver.frontend import is_onnx, load_program, read_source
+def _load(model, engine: DiagnosticEngine, shapes, resources) -> tuple[Operation, bool]:
+    """The verified module, and whether it read files beside the model (ONNX external data)."""
+    from fusecc.driver.frontend import import_onnx, is_onnx, load_program, read_source
 
     if isinstance(model, Operation):
         if shapes:
@@ -68,12 +77,15 @@ def _load(model, engine: DiagnosticEngine, shapes, resources) -> Operation:
 
         module = model.clone()
         verify(module)
-        return module
+        return module, False
     if not isinstance(model, (str, os.PathLike)):
         raise UsageError(f"fusecc.compile takes a path (.ir or .onnx) or a Module, not {type(model).__name__}")
     path = os.fspath(model)
-    if resources is None or is_onnx(path):
-        return load_program(path, engine, shapes=dict(shapes or {}))
+    if is_onnx(path):
+        imported = import_onnx(path, dict(shapes or {}))
+        return imported.module, imported.external_data
+    if resources is None:
+        return load_program(path, engine, shapes=dict(shapes or {})), False
     from fusecc.compiler.parser import parse_module
     from fusecc.compiler.verifier import verify
 
@@ -81,7 +93,7 @@ def _load(model, engine: DiagnosticEngine, shapes, resources) -> Operation:
     engine.sources.add(filename, text)
     module = parse_module(text, filename, resource_file=os.fspath(resources))  # the caller's file: anywhere
     verify(module)
-    return module
+    return module, True
 
 
 def entry_function(module: Operation, requested: str | None) -> Operation:
@@ -130,14 +142,32 @@ class Program:
         self._engine = DiagnosticEngine(SourceManager())
         self._compiled = None  # CPU: CompiledProgram; CUDA: the run function
         self._loop_module: Operation | None = None
+        self._launches: list[str] | None = None  # kernels a call launches, when there is no loop module (a cached program)
+        self._model, self._shapes, self._resources = model, shapes, resources
+        self._module: Operation | None = None
+        self._reads_other_files = False
         with self._located():
-            start = time.perf_counter()
-            self.module = _load(model, self._engine, shapes, resources)
-            self.stats.phases["load"] = time.perf_counter() - start
+            if self._compile_cached(entry):
+                return
+            self._load_module()
             func = entry_function(self.module, entry)
             self.entry = func.sym_name
             self.signature = _signature(func)
             self._compile()
+
+    @property
+    def module(self) -> Operation:
+        """The tensor-level program (read from the model on first use when
+        the compiled program came from the disk cache)."""
+        if self._module is None:
+            with self._located():
+                self._load_module()
+        return self._module
+
+    def _load_module(self) -> None:
+        start = time.perf_counter()
+        self._module, self._reads_other_files = _load(self._model, self._engine, self._shapes, self._resources)
+        self.stats.phases["load"] = time.perf_counter() - start
 
     # --- errors --------------------------------------------------------------------
     def _located(self):
@@ -155,7 +185,60 @@ class Program:
         return _Located()
 
     # --- compiling -------------------------------------------------------------------
-    def _compile(self) -> None:
+    def _compile_cached(self, entry: str | None) -> bool:
+        """Compile an ONNX model file for the CPU through the disk cache of
+        compiled programs (driver/program_cache.py); False for everything else."""
+        from fusecc.driver.frontend import is_onnx
+
+        if self.target != "cpu" or not isinstance(self._model, (str, os.PathLike)) or not is_onnx(os.fspath(self._model)):
+            return False
+        from fusecc.driver import program_cache, targets
+
+        targets.get("cpu")  # says plainly when llvmlite is missing
+        start = time.perf_counter()
+        path = os.fspath(self._model)
+        options = {"target": self.target, "entry": entry, "hardware": self._hardware, "shapes": {k: list(v) for k, v in (self._shapes or {}).items()}}
+        pool = None
+        if self._threads is not None:
+            from fusecc.runtime.cpu.executor import WorkerPool
+
+            pool = WorkerPool(self._threads)
+
+        def build():
+            self._load_module()
+            func = entry_function(self.module, entry)
+            self.entry = func.sym_name
+            self.signature = _signature(func)
+            self._compile(pool)
+            static = all(getattr(t, "is_static", True) for t in self.signature.types) and not self._reads_other_files
+            return self._compiled, (self._meta() if static else None)
+
+        compiled, meta, hit = program_cache.compiled_model(path, options, build, pool)
+        if hit:
+            from fusecc.compiler.types import parse_type_token
+
+            self._compiled = compiled
+            self.entry = meta["entry"]
+            self.signature = _Signature(meta["inputs"], [parse_type_token(t) for t in meta["input_types"]], meta["results"])
+            self._launches = meta["launches"]
+            self.stats.from_cache = True
+            self.stats.functions = len(compiled.kernels)
+            self.stats.compilations += 1
+            self.stats.compile_seconds = self.stats.phases["cache"] = time.perf_counter() - start
+            self.stats.kernels = len(self.kernels)
+        return True
+
+    def _meta(self) -> dict:
+        """What a Program needs besides the compiled program, kept with it in the cache."""
+        return {
+            "entry": self.entry,
+            "inputs": self.signature.names,
+            "input_types": [str(t) for t in self.signature.types],
+            "results": self.signature.result_names,
+            "launches": self.kernels,
+        }
+
+    def _compile(self, pool=None) -> None:
         if self.target == "reference":
             return
         from fusecc.driver import targets
@@ -168,12 +251,12 @@ class Program:
             from fusecc.runtime.cpu.executor import CompiledProgram, WorkerPool, compile_program
 
             module = self.module.clone()
-            run_pipeline(parse_pipeline(pipeline_for_level("loop", target=self._hardware)), module, PassContext(diagnostics=self._engine, target=self._hardware))
+            run_pipeline(parse_pipeline(pipeline_for_level("loop", target=self._hardware)), module, PassContext(diagnostics=self._engine, target=self._hardware), verify_each=verify_each())
             self.stats.phases["lower"] = time.perf_counter() - start
             if self._threads is None:
                 self._compiled = compile_program(module)
             else:
-                self._compiled = CompiledProgram(module, pool=WorkerPool(self._threads))
+                self._compiled = CompiledProgram(module, pool=pool or WorkerPool(self._threads))
             self._loop_module = self._compiled.module
             placed = time.perf_counter()
             self._compiled.prepare(self.entry)  # constants placed and weights packed now, not on the first call
@@ -252,6 +335,8 @@ class Program:
         if self.target == "cpu":
             from fusecc.dialects import loop
 
+            if self._loop_module is None:
+                return list(self._launches or [])
             schedule = self._loop_module.lookup(self.entry)
             return [op.kernel_name for op in schedule.body if isinstance(op, loop.LaunchOp)]
         if self.target == "cuda":
@@ -274,7 +359,7 @@ class Program:
 
         if level not in ("loop", "llvm", "cuda"):
             raise UsageError(f"source level '{level}' is not one of loop, llvm, cuda")
-        if level == "llvm" and self.target == "cpu":
+        if level == "llvm" and self.target == "cpu" and self._compiled.llvm is not None:
             return self._compiled.llvm.text
         if level == "cuda" and self.target == "cuda":
             return self._cuda_source

@@ -32,6 +32,7 @@ import fcntl
 import functools
 import hashlib
 import logging
+import mmap
 import os
 import shutil
 import stat
@@ -49,6 +50,7 @@ KINDS = {
     "cpu-harness": "shared libraries and precompiled headers of the CUDA CPU harness",
     "cubin": "CUDA binaries (NVRTC)",
     "parser": "the parser's LALR tables",
+    "program": "compiled CPU programs of model files (kernels, schedule, constants)",
 }
 DEFAULT_MAX_BYTES = 2 << 30
 DIGEST_FILE = "DIGEST"
@@ -218,10 +220,12 @@ def content_digest(entry: Path) -> str:
     return h.hexdigest()
 
 
-def blob_digest(data: bytes) -> str:
-    """content_digest of an entry holding only `data` (fetch_bytes)."""
+def blob_digest(data: bytes | list) -> str:
+    """content_digest of an entry holding only `data` (fetch_bytes): bytes,
+    or a list of chunks that make them."""
+    chunks = data if isinstance(data, list) else [data]
     h = hashlib.sha256()
-    _hash_file(h, BLOB_FILE, len(data), [data])
+    _hash_file(h, BLOB_FILE, sum(memoryview(c).nbytes for c in chunks), chunks)
     return h.hexdigest()
 
 
@@ -246,14 +250,32 @@ def _remove(path: Path) -> None:
             pass
 
 
-def _verified(entry: Path, blob: bool):
+def _read_blob(path: Path, aligned: bool):
+    """A blob's bytes; `aligned`: in a private page-aligned writable buffer
+    (a memoryview of anonymous memory), so that the caller can use parts of
+    it in place where alignment matters (runtime/cpu/image.py's constants)."""
+    if not aligned:
+        return path.read_bytes()
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        view = memoryview(mmap.mmap(-1, max(size, 1)))[:size]
+        done = 0
+        while done < size:
+            got = f.readinto(view[done:])
+            if not got:
+                raise OSError(f"'{path}' shrank while it was read")
+            done += got
+    return view
+
+
+def _verified(entry: Path, blob: bool, aligned: bool = False):
     """The entry (its folder, or for a blob its bytes) if it matches its
     DIGEST, else None; a mismatching entry is removed with a warning. A blob
     is checked in memory, so what is returned is exactly what was checked."""
     try:
         recorded = (entry / DIGEST_FILE).read_text().strip()
         if blob:
-            value = (entry / BLOB_FILE).read_bytes()
+            value = _read_blob(entry / BLOB_FILE, aligned)
             actual = blob_digest(value)
         else:
             value, actual = entry, content_digest(entry)
@@ -303,39 +325,50 @@ def fetch(kind: str, key: str, build: Callable[[Path], None], root: str | os.Pat
     return _fetch(kind, key, build, root, blob=False)
 
 
-def fetch_bytes(kind: str, key: str, build: Callable[[], bytes], root: str | os.PathLike | None = None) -> tuple[bytes, bool]:
-    """Like fetch, for an entry that is one blob of bytes."""
+def fetch_bytes(kind: str, key: str, build: Callable[[], bytes | list], root: str | os.PathLike | None = None, aligned: bool = False) -> tuple[bytes, bool]:
+    """Like fetch, for an entry that is one blob of bytes. `build` may give
+    a list of byte chunks, written one after the other (then a miss returns
+    that list). `aligned`: a blob found in the cache comes in a page-aligned
+    writable buffer (a memoryview)."""
+    built: list = []
 
     def write(folder: Path) -> None:
-        (folder / BLOB_FILE).write_bytes(build())
+        data = build()
+        with open(folder / BLOB_FILE, "wb") as f:
+            for chunk in data if isinstance(data, list) else [data]:
+                f.write(chunk)
+        built.append(data)
 
-    return _fetch(kind, key, write, root, blob=True)
+    return _fetch(kind, key, write, root, blob=True, aligned=aligned, built=built)
 
 
-def _fetch(kind: str, key: str, build: Callable[[Path], None], root, blob: bool):
+def _fetch(kind: str, key: str, build: Callable[[Path], None], root, blob: bool, aligned: bool = False, built: list | None = None):
     folder = kind_dir(kind, root)
     if folder is None:
         counts.builds += 1
-        built = _fetch_private(kind, key, build)
-        return ((built / BLOB_FILE).read_bytes() if blob else built), False
+        private = _fetch_private(kind, key, build)
+        return (_read_blob(private / BLOB_FILE, aligned) if blob else private), False
     entry = folder / key
-    if (found := _verified(entry, blob)) is not None:
+    if (found := _verified(entry, blob, aligned)) is not None:
         counts.hits += 1
         return found, True
     with _EntryLock(folder, key):
-        if (found := _verified(entry, blob)) is not None:  # another process built it meanwhile
+        if (found := _verified(entry, blob, aligned)) is not None:  # another process built it meanwhile
             counts.hits += 1
             return found, True
         building = Path(tempfile.mkdtemp(dir=folder, prefix=TEMP_PREFIX))
         try:
             build(building)
-            atomic_write(building / DIGEST_FILE, content_digest(building).encode())
-            value = (building / BLOB_FILE).read_bytes() if blob else None
+            # A blob just built is hashed from memory, not read back.
+            value = built[0] if blob and built and set(os.listdir(building)) == {BLOB_FILE} else None
+            atomic_write(building / DIGEST_FILE, (blob_digest(value) if value is not None else content_digest(building)).encode())
+            if blob and value is None:
+                value = _read_blob(building / BLOB_FILE, aligned)
             try:
                 os.rename(building, entry)
             except OSError:  # a thread of this process stored it first (locks are per process)
                 _remove(building)
-                if (found := _verified(entry, blob)) is None:
+                if (found := _verified(entry, blob, aligned)) is None:
                     raise
                 return found, True
         except BaseException:

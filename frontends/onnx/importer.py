@@ -46,6 +46,7 @@ class ImportedModel:
     output_names: list[str]
     node_count: int
     timings: dict[str, float] = field(default_factory=dict)
+    external_data: bool = False  # tensors were read from files beside the model (not keyed by its digest)
 
 
 def import_onnx(
@@ -96,7 +97,8 @@ def import_onnx(
     verify(module)
     done = time.perf_counter()
     return ImportedModel(module, [i.name for i in inputs], [o.name for o in graph.output], len(nodes),
-                         {"onnx package": start - started, "read and check": read - start, "translate": done - read})
+                         {"onnx package": start - started, "read and check": read - start, "translate": done - read},
+                         external_data=bool(loaded.external))
 
 
 def translate_node(cx: ImportContext, node: Node, env: dict) -> None:

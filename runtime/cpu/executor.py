@@ -120,10 +120,26 @@ class CompiledProgram:
         self.module = module
         self.llvm = emit_llvm(module, vectorize=vectorize, isa=jit.host_isa() if isa is None else isa)
         compiled = jit.compile_ir(self.llvm.text, list(self.llvm.kernels))
+        self._bind_kernels(compiled, self.llvm.kernels, pool)
+
+    @classmethod
+    def from_object(cls, data: bytes, abis: dict[str, KernelABI], layouts: Sequence[PlanLayout], pool: WorkerPool | None = None) -> "CompiledProgram":
+        """A program from an object file of its kernels and its static
+        schedules as data (runtime/cpu/image.py): no IR, no LLVM run.
+        `module` and `llvm` are None."""
+        program = cls.__new__(cls)
+        program.module = program.llvm = None
+        program._bind_kernels(jit.load_object(data, list(abis)), abis, pool)
+        for layout in layouts:
+            program._plans[layout.name] = SchedulePlan(program, layout)
+        return program
+
+    def _bind_kernels(self, compiled: "jit.CompiledModule", abis: dict[str, KernelABI], pool: WorkerPool | None) -> None:
         self._engine = compiled.engine
+        self.object_code = compiled.object_code
         self.pool = pool or default_pool()
         self.kernels: dict[str, Kernel] = {}
-        for name, abi in self.llvm.kernels.items():
+        for name, abi in abis.items():
             params = []
             for t in abi.params:  # a memref's `?` sizes follow its pointer (passes/backends/llvm/kernel.py)
                 params += [ctypes.c_void_p] + [ctypes.c_int64] * len(t.dynamic_axes) if isinstance(t, MemRefType) else [_CTYPES.get(t.name, ctypes.c_float)]
@@ -164,6 +180,8 @@ class CompiledProgram:
 
     # --- schedules -----------------------------------------------------------------
     def schedule_names(self) -> list[str]:
+        if self.module is None:  # made from an image: its schedules are planned already
+            return list(self._plans)
         return [op.sym_name for op in self.module.body if isinstance(op, loop.ScheduleOp)]
 
     def prepare(self, entry: str | None = None) -> "SchedulePlan | DynamicSchedulePlan":
@@ -189,58 +207,106 @@ class CompiledProgram:
         return self.prepare(entry).run(inputs, profile)
 
 
-class SchedulePlan:
-    """A schedule resolved once: where each buffer lives and what runs in order."""
+@dataclass
+class PlanLayout:
+    """A static schedule resolved to plain data: what a SchedulePlan needs,
+    with no IR left in it (runtime/cpu/image.py stores it, so a warm start
+    skips the passes). Slots are (root, byte offset); a root is
+    ("input", i), ("output", i), ("arena",), ("const", i) or ("packed", i)."""
 
-    def __init__(self, program: CompiledProgram, schedule: loop.ScheduleOp):
-        self.program = program
-        self.schedule = schedule
-        self.arena = aligned_zeros(schedule.arena_size)
-        self.lock = threading.Lock()
-        n_inputs = len(schedule.inputs)
-        # slot: (root, byte offset); root is ("input", i), ("output", i) or ("arena",)
-        self.slots: dict[Value, tuple] = {}
-        for i, arg in enumerate(schedule.body.args):
-            self.slots[arg] = (("input", i) if i < n_inputs else ("output", i - n_inputs), 0)
-        self.steps: list[tuple] = []
-        self.constants: list[np.ndarray] = []  # loop.constant buffers, 64-byte aligned, made once
-        # Launches that read only constants (packing a constant weight) run
-        # once, below, into buffers of their own (runtime/cpu/load_time.py).
-        at_load = load_time_launches(schedule)
-        filled_at_load = {v: i for i, v in enumerate(v for targets in at_load.values() for v in targets)}
-        self.packed: list[np.ndarray] = [aligned_empty(v.type.byte_size) for v in filled_at_load]
-        load_steps: list[tuple] = []
-        written_roots = set()
-        for op in schedule.body:
-            if isinstance(op, loop.ConstantOp):
-                t = op.result.type
-                data = to_buffer(op.attr("value").array, t)
-                buffer = aligned_empty(t.byte_size)
-                buffer[:] = data.reshape(-1).view(np.uint8)
-                self.slots[op.result] = (("const", len(self.constants)), 0)
-                self.constants.append(buffer)
-            elif isinstance(op, loop.ArenaViewOp):
-                self.slots[op.result] = (("packed", filled_at_load[op.result]), 0) if op.result in filled_at_load else (("arena",), op.offset)
-            elif isinstance(op, loop.ViewOp):
-                root, offset = self.slots[op.source]
-                self.slots[op.result] = (root, offset + op.offset)
-            elif isinstance(op, loop.LaunchOp):
-                kernel = program.kernels[op.kernel_name]
-                if op in at_load:
-                    load_steps.append((kernel, [self.slots[v] for v in op.operands], [v.type.byte_size for v in op.operands]))
-                    continue
-                for i in written_arguments(op.resolve()):
-                    written_roots.add(self.slots[op.operands[i]][0])
-                self.steps.append(("launch", kernel, [self.slots[v] for v in op.operands]))
-            elif isinstance(op, loop.CopyOp):
-                written_roots.add(self.slots[op.target][0])
-                self.steps.append(("copy", self.slots[op.source], self.slots[op.target], op.source.type.byte_size))
-            elif isinstance(op, loop.ReturnOp):
-                break
+    name: str
+    arena_size: int
+    input_names: list[str]
+    input_types: list[MemRefType]
+    output_types: list[MemRefType]
+    constants: list[np.ndarray]  # loop.constant buffers in storage bytes (uint8, 64-byte aligned)
+    packed_sizes: list[int]  # bytes of each buffer a load-time launch fills
+    load_steps: list[tuple]  # (kernel name, slots, byte sizes of the operands)
+    steps: list[tuple]  # ("launch", kernel name, slots) | ("copy", source slot, target slot, bytes)
+    inputs_written: set[int]
+    constants_written: bool
+
+
+def plan_layout(schedule: loop.ScheduleOp) -> PlanLayout:
+    """Where each buffer of a static schedule lives and what runs in order."""
+    n_inputs = len(schedule.inputs)
+    slots: dict[Value, tuple] = {}
+    for i, arg in enumerate(schedule.body.args):
+        slots[arg] = (("input", i) if i < n_inputs else ("output", i - n_inputs), 0)
+    steps: list[tuple] = []
+    constants: list[np.ndarray] = []
+    # Launches that read only constants (packing a constant weight) run
+    # once, at load, into buffers of their own (runtime/cpu/load_time.py).
+    at_load = load_time_launches(schedule)
+    filled_at_load = {v: i for i, v in enumerate(v for targets in at_load.values() for v in targets)}
+    load_steps: list[tuple] = []
+    written_roots = set()
+    written_by_kernel: dict[str, list[int]] = {}
+    for op in schedule.body:
+        if isinstance(op, loop.ConstantOp):
+            t = op.result.type
+            array = op.attr("value").array
+            buffer = aligned_empty(t.byte_size)
+            if t.element_type.is_float and t.element_type is not bf16 and array.dtype == storage_dtype(t):
+                buffer.view(array.dtype)[:] = array.reshape(-1)  # already in storage form: one copy (a weight is megabytes)
             else:
-                raise InterpreterError(f"the CPU runtime cannot run '{op.name}' in a schedule")
-        self.inputs_written = {root[1] for root in written_roots if root[0] == "input"}
-        self.constants_written = any(root[0] == "const" for root in written_roots)
+                buffer[:] = to_buffer(array, t).reshape(-1).view(np.uint8)
+            slots[op.result] = (("const", len(constants)), 0)
+            constants.append(buffer)
+        elif isinstance(op, loop.ArenaViewOp):
+            slots[op.result] = (("packed", filled_at_load[op.result]), 0) if op.result in filled_at_load else (("arena",), op.offset)
+        elif isinstance(op, loop.ViewOp):
+            root, offset = slots[op.source]
+            slots[op.result] = (root, offset + op.offset)
+        elif isinstance(op, loop.LaunchOp):
+            operands = [slots[v] for v in op.operands]
+            if op in at_load:
+                load_steps.append((op.kernel_name, operands, [v.type.byte_size for v in op.operands]))
+                continue
+            if op.kernel_name not in written_by_kernel:
+                written_by_kernel[op.kernel_name] = list(written_arguments(op.resolve()))
+            for i in written_by_kernel[op.kernel_name]:
+                written_roots.add(operands[i][0])
+            steps.append(("launch", op.kernel_name, operands))
+        elif isinstance(op, loop.CopyOp):
+            written_roots.add(slots[op.target][0])
+            steps.append(("copy", slots[op.source], slots[op.target], op.source.type.byte_size))
+        elif isinstance(op, loop.ReturnOp):
+            break
+        else:
+            raise InterpreterError(f"the CPU runtime cannot run '{op.name}' in a schedule")
+    return PlanLayout(
+        name=schedule.sym_name,
+        arena_size=schedule.arena_size,
+        input_names=[arg.name_hint or f"arg{i}" for i, arg in enumerate(schedule.input_args)],
+        input_types=[arg.type for arg in schedule.input_args],
+        output_types=[arg.type for arg in schedule.output_args],
+        constants=constants,
+        packed_sizes=[v.type.byte_size for v in filled_at_load],
+        load_steps=load_steps,
+        steps=steps,
+        inputs_written={root[1] for root in written_roots if root[0] == "input"},
+        constants_written=any(root[0] == "const" for root in written_roots),
+    )
+
+
+class SchedulePlan:
+    """A static schedule made ready to run: its arena allocated, constant
+    launches run, the per-call work bound once."""
+
+    def __init__(self, program: "CompiledProgram", schedule: "loop.ScheduleOp | PlanLayout"):
+        self.program = program
+        layout = schedule if isinstance(schedule, PlanLayout) else plan_layout(schedule)
+        self.layout = layout
+        self.arena = aligned_zeros(layout.arena_size)
+        self.lock = threading.Lock()
+        self.constants = layout.constants
+        self.packed: list[np.ndarray] = [aligned_empty(n) for n in layout.packed_sizes]
+        kernels = program.kernels
+        self.steps = [(step[0], kernels[step[1]], step[2]) if step[0] == "launch" else step for step in layout.steps]
+        load_steps = [(kernels[name], slots, sizes) for name, slots, sizes in layout.load_steps]
+        self.inputs_written = layout.inputs_written
+        self.constants_written = layout.constants_written
         self._pristine = [c.copy() for c in self.constants] if self.constants_written else None
         self.load_launches = len(load_steps)
         self._run_at_load(load_steps)
@@ -280,22 +346,21 @@ class SchedulePlan:
             self.program.pool.run(kernel.function, args, kernel.abi.worker_extent, kernel.abi.work_per_iteration)
 
     def run(self, inputs: Sequence[np.ndarray], profile: list | None = None) -> list[np.ndarray]:
-        schedule = self.schedule
+        layout = self.layout
         inputs = list(inputs)
-        if len(inputs) != len(schedule.inputs):
-            raise InterpreterError(f"@{schedule.sym_name} takes {len(schedule.inputs)} inputs, got {len(inputs)}")
+        if len(inputs) != len(layout.input_types):
+            raise InterpreterError(f"@{layout.name} takes {len(layout.input_types)} inputs, got {len(inputs)}")
         buffers = []
-        for i, (arg, array) in enumerate(zip(schedule.input_args, inputs)):
-            t = arg.type
+        for i, (name, t, array) in enumerate(zip(layout.input_names, layout.input_types, inputs)):
             if tuple(np.shape(array)) != t.shape:
-                raise InterpreterError(f"input {arg.name_hint} has shape {list(np.shape(array))}, expected {list(t.shape)}")
+                raise InterpreterError(f"input {name} has shape {list(np.shape(array))}, expected {list(t.shape)}")
             array = np.asarray(array)
             # to_buffer is the interpreter's conversion; an array already in
             # storage form (every dtype but f64, which passes through f32) is used in place
             if t.element_type in (bf16, f64) or array.dtype != storage_dtype(t) or not array.flags.c_contiguous or i in self.inputs_written:
                 array = to_buffer(array, t)
             buffers.append(array)
-        outputs = [aligned_empty(a.type.byte_size).view(storage_dtype(a.type)).reshape(a.type.shape) for a in schedule.output_args]
+        outputs = [aligned_empty(t.byte_size).view(storage_dtype(t)).reshape(t.shape) for t in layout.output_types]
         bases = {("arena",): self.arena.ctypes.data}
         if self.constants_written:  # a kernel writes into a constant: every run starts from its value
             for buffer, pristine in zip(self.constants, self._pristine):
@@ -324,7 +389,7 @@ class SchedulePlan:
                     ctypes.memmove(bases[dst_root] + dst_offset, bases[src_root] + src_offset, nbytes)
                 if profile is not None:
                     profile.append((step[1].abi.name if step[0] == "launch" else "copy", time.perf_counter() - start))
-        return [from_buffer(b, a.type) if a.type.element_type is bf16 else b for b, a in zip(outputs, schedule.output_args)]
+        return [from_buffer(b, t) if t.element_type is bf16 else b for b, t in zip(outputs, layout.output_types)]
 
 
 _programs: dict[tuple[str, str, str], CompiledProgram] = {}

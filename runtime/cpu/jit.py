@@ -67,6 +67,7 @@ class CompiledModule:
     engine: object  # the MCJIT engine that owns the code; keep it alive
     addresses: dict[str, int]
     from_disk: bool
+    object_code: bytes  # what was loaded (runtime/cpu/image.py stores it with a program)
 
 
 def optimise(text: str):
@@ -153,6 +154,15 @@ def compile_ir(text: str, symbols) -> CompiledModule:
         return found
     with working(f"compiling {len(symbols)} CPU kernels with LLVM"):  # a bar on a terminal past a second
         obj, from_disk = _cached_object(text)
+    compiled = load_object(obj, symbols, from_disk)
+    with _lock:
+        _compiled.setdefault(key, compiled)
+        return _compiled[key]
+
+
+def load_object(obj: bytes, symbols, from_disk: bool = True) -> CompiledModule:
+    """Load an object file of this host's kernels with MCJIT (no LLVM
+    optimisation or code generation); `symbols` are the functions to look up."""
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
@@ -160,7 +170,4 @@ def compile_ir(text: str, symbols) -> CompiledModule:
     missing = [name for name, address in addresses.items() if not address]
     if missing:
         raise RuntimeError(f"compiled module lacks functions {missing}")
-    compiled = CompiledModule(engine, addresses, from_disk)
-    with _lock:
-        _compiled.setdefault(key, compiled)
-        return _compiled[key]
+    return CompiledModule(engine, addresses, from_disk, obj)
