@@ -43,11 +43,11 @@ class Node:
 
     @classmethod
     def of(cls, proto, index: int) -> "Node":
-        from onnx import helper
+        from fusecc.frontends.onnx.proto import attribute_value
 
         attrs = {}
         for a in proto.attribute:
-            value = helper.get_attribute_value(a)
+            value = attribute_value(a)
             attrs[a.name] = value.decode() if isinstance(value, bytes) else value
         name = proto.name or f"{proto.op_type}_{index}"
         return cls(proto.op_type, name, list(proto.input), list(proto.output), attrs, proto.domain)

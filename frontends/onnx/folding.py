@@ -168,11 +168,11 @@ def split_sizes(node, dim: int, sizes, cx) -> list[int]:
 
 
 def _onnx_constant(node, cx) -> np.ndarray:
-    from onnx import numpy_helper
+    from fusecc.frontends.onnx import proto
 
     attrs = node.attrs
     if "value" in attrs:
-        return numpy_helper.to_array(attrs["value"])
+        return proto.to_array(attrs["value"])
     if "value_float" in attrs:
         return np.array(attrs["value_float"], np.float32)
     if "value_floats" in attrs:
@@ -235,9 +235,9 @@ def fold_concat(cx, node, args):
 
 @folder("ConstantOfShape", attrs=("value",))
 def fold_constant_of_shape(cx, node, args):
-    from onnx import numpy_helper
+    from fusecc.frontends.onnx import proto
 
-    value = numpy_helper.to_array(node.attrs["value"]).reshape(-1) if "value" in node.attrs else np.zeros(1, np.float32)
+    value = proto.to_array(node.attrs["value"]).reshape(-1) if "value" in node.attrs else np.zeros(1, np.float32)
     shape = [int(d) for d in args[0].reshape(-1)]
     cx.check_size(shape, value.dtype)
     return [np.full(shape, value[0], value.dtype)]
@@ -325,9 +325,9 @@ def fold_where(cx, node, args):
 
 @folder("Cast", attrs=("to", "saturate"))
 def fold_cast(cx, node, args):
-    from onnx import helper
+    from fusecc.frontends.onnx.proto import np_dtype
 
-    dtype = helper.tensor_dtype_to_np_dtype(node.attr("to"))
+    dtype = np_dtype(node.attr("to"))
     if is_symbolic(args[0]) and np.dtype(dtype).kind in "iu":
         return [args[0]]  # dims stay dims
     return [args[0].astype(dtype)]

@@ -59,7 +59,7 @@ def import_onnx(
     name (or a symbolic dim's name) to the dims it is specialised to;
     `bind` freezes inputs to constant values (they leave the signature)."""
     started = time.perf_counter()
-    require_onnx()  # importing the onnx package alone takes 0.3-2 s; timed apart
+    require_onnx()  # the onnx package's messages (proto.py: the package itself is not imported); timed apart
     start = time.perf_counter()
     budget = memory_budget(budget)
     loaded = load_model(path, budget)
@@ -157,12 +157,12 @@ def unsupported_reason(node: Node) -> str | None:
 
 
 def initializer_arrays(loaded: LoadedModel) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
+    from fusecc.frontends.onnx.proto import to_array
 
     arrays = {}
     for tensor in loaded.proto.graph.initializer:
         found = loaded.external.get(tensor.name)
-        arrays[tensor.name] = found if found is not None else numpy_helper.to_array(tensor)
+        arrays[tensor.name] = found if found is not None else to_array(tensor)
     return arrays
 
 

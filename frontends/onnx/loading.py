@@ -25,12 +25,12 @@ _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def require_onnx():
-    """The `onnx` package, or a plain message saying how to get it."""
-    try:
-        import onnx
-    except ImportError:
-        raise ModelError("reading ONNX models needs the 'onnx' package: pip install 'fusecc[onnx]'") from None
-    return onnx
+    """ONNX's message classes (fusecc.frontends.onnx.proto: without importing
+    the onnx package when it is not imported yet), or a plain message
+    saying how to get the package."""
+    from fusecc.frontends.onnx.proto import messages
+
+    return messages()
 
 
 def parse_budget(text: str) -> int:
@@ -85,8 +85,10 @@ class LoadedModel:
 
 
 def element_size(onnx, data_type: int) -> int | None:
+    from fusecc.frontends.onnx.proto import np_dtype
+
     try:
-        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+        return np_dtype(data_type).itemsize
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -152,6 +154,8 @@ def load_model(path: str, budget: int | None = None) -> LoadedModel:
     onnx = require_onnx()
     from google.protobuf.message import DecodeError
 
+    from fusecc.frontends.onnx.proto import np_dtype
+
     budget = memory_budget(budget)
     try:
         file_size = os.path.getsize(path)
@@ -160,7 +164,9 @@ def load_model(path: str, budget: int | None = None) -> LoadedModel:
     if file_size > budget:
         raise ModelError(f"model '{path}' is {file_size} bytes, over the memory budget of {budget} ({BUDGET_VARIABLE})")
     try:
-        proto = onnx.load(path, load_external_data=False)
+        with open(path, "rb") as f:
+            proto = onnx.ModelProto()
+            proto.ParseFromString(f.read())  # what onnx.load(path, load_external_data=False) does
     except (DecodeError, RuntimeWarning, ValueError, OSError) as exc:
         raise ModelError(f"could not read '{path}' as an ONNX model: {exc}") from None
     opset = check_opset(proto, path)
@@ -182,7 +188,7 @@ def load_model(path: str, budget: int | None = None) -> LoadedModel:
     loaded = LoadedModel(path, proto, opset, declared_bytes=declared)
     tensors = {t.name: t for t in all_tensors(proto.graph)}
     for name, where in external.items():
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensors[name].data_type)
+        dtype = np_dtype(tensors[name].data_type)
         mapped = np.memmap(where.path, dtype=dtype, mode="r", offset=where.offset, shape=(where.nbytes // np.dtype(dtype).itemsize,))
         loaded.external[name] = mapped.reshape(tuple(tensors[name].dims))
     return loaded

@@ -91,7 +91,7 @@ def test_a_warm_compile_imports_no_onnx_and_runs_no_pass(tmp_path, cache_dir):
     path = write_model(tmp_path / "m.onnx")
     cold, cold_out = compile_in_child(tmp_path, path, name="cold.npy")
     warm, warm_out = compile_in_child(tmp_path, path, name="warm.npy")
-    assert cold["from_cache"] is False and cold["onnx"] is True and cold["passes"] > 0
+    assert cold["from_cache"] is False and cold["passes"] > 0
     assert warm["from_cache"] is True
     assert warm["onnx"] is False, "a warm hit must not import the onnx package"
     assert warm["passes"] == 0, "a warm hit must not run the passes"
