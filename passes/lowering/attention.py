@@ -154,7 +154,7 @@ def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
         writer = lower_attention_mma(group, problem, kind, hardware)
         return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
     tiles = dynamic_attention_tiles(group, hardware) if is_dynamic(group) else attention_tiles(group, problem, hardware)
-    if hardware.is_gpu and tiles.splits > 1:
+    if hardware.is_gpu and tiles.splits > 1 and not is_dynamic(group):  # (split-KV's partials would be `?`-sized per split)
         return lower_attention_split_kv(group, problem, tiles, hardware, lower_attention_gpu)
     writer = lower_attention_gpu(group, problem, tiles, hardware) if hardware.is_gpu else lower_attention_cpu(group, problem, tiles, hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
@@ -175,8 +175,8 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     scores_per_row, outputs_per_row = bt // tpr, ceil_div(Dv, tpr)
     q_pad, k_pad, p_pad = attention_row_pads(tiles)
-    grid = [ceil_div(S, bq)] + ([problem.batch_size] if problem.batch_size > 1 or split else []) + ([tiles.splits] if split else [])
-    if any(g > MAX_GRID_YZ for g in grid[1:]):
+    grid = [ceil_div(S, bq)] + ([problem.batch_size] if type(problem.batch_size) is not int or problem.batch_size > 1 or split else []) + ([tiles.splits] if split else [])
+    if any(type(g) is int and g > MAX_GRID_YZ for g in grid[1:]):  # (a `?` batch: checked per call, kernels.json)
         raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z")
     keys_per_split = key_tiles_per_split(problem, tiles) * bt
 

@@ -23,7 +23,8 @@ from fusecc.compiler.types import MemRefType, TensorType
 from fusecc.dialects import loop
 from fusecc.dialects.fusion import GroupOp
 
-# Group kinds whose CPU templates take `?` dims, with the ops they may hold.
+# Group kinds whose templates take `?` dims, with the ops they may hold (CPU
+# and GPU alike: on a GPU the grid is computed at launch, the block is fixed).
 # (A template that meets a size it cannot handle raises; the driver reports
 # that as not supported too: `not_supported`.)
 SUPPORTED = {
@@ -31,8 +32,8 @@ SUPPORTED = {
     "injective": lambda op: True,
     "reduction": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
     "attention": lambda op: True,
-    "horizontal": lambda op: op.name != "tensor.attention" and (op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape)),
-    "matmul": lambda op: op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape),
+    "horizontal": lambda op: op.name != "tensor.attention",
+    "matmul": lambda op: True,  # `?` in either operand: runtime M, N, K and batch
 }
 
 
@@ -52,28 +53,17 @@ def shapes_key(group: GroupOp) -> tuple:
     return tuple(str(tuple(v.type.shape)) for v in list(group.operands) + list(group.results))
 
 
-# The GPU templates that take `?` dims (docs/dynamic-shapes.md, CUDA): the grid
-# of their kernels is computed at launch, the block stays fixed.
-SUPPORTED_GPU = {
-    "elementwise": lambda op: True,
-    "injective": lambda op: True,
-    "reduction": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
-    "horizontal": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
-}
-
-
 def target_words(hw) -> str:
     return f"on target cuda ({hw.name})" if hw.is_gpu else "on the CPU"
 
 
 def check_supported(func: Operation, hw) -> None:
     """A located error for what cannot be lowered with `?` dims yet."""
-    supported = SUPPORTED_GPU if hw.is_gpu else SUPPORTED
     for group in func.walk():
         if not isinstance(group, GroupOp) or not is_dynamic(group):
             continue
         kind = group.attr("kind")
-        allowed = supported.get(kind)
+        allowed = SUPPORTED.get(kind)
         refused = next((op for op in group.body_ops() if allowed is None or not allowed(op)), None)
         if refused is not None:
             raise error(
@@ -137,5 +127,5 @@ def erase_dims(schedule: loop.ScheduleOp, kernels) -> None:
                 _erase(result)
 
 
-__all__ = ["SUPPORTED", "SUPPORTED_GPU", "check_supported", "runtime_checks", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
+__all__ = ["SUPPORTED", "check_supported", "runtime_checks", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
 

@@ -46,6 +46,9 @@ class SizeArg:
         return {"size": self.size, "dtype": self.dtype}
 
 
+MAX_GRID = (2**31 - 1, 65535, 65535)  # CUDA's grid limits, checked where a `?` size makes a grid
+
+
 def _symbolic(value) -> bool:
     return isinstance(value, str)
 
@@ -124,6 +127,9 @@ def specialize(manifest, dims: dict[str, int]):
         grid = tuple(evaluate(g, dims) for g in launch.grid)
         if 0 in grid:
             continue
+        for axis, (g, limit) in enumerate(zip(grid, MAX_GRID)):
+            if g > limit:
+                raise ManifestError(f"launch of {launch.kernel}: grid dimension {'xyz'[axis]} = {g} exceeds {limit} at {dims}")
         args = []
         for arg in launch.args:
             if isinstance(arg, SizeArg):

@@ -113,14 +113,16 @@ def test_a_group_the_cpu_templates_cannot_take_yet_is_a_located_error(tmp_path):
         fusecc.compile(str(path), target="cpu")
 
 
-def test_gpu_targets_take_dynamic_elementwise_groups_and_refuse_matmuls_with_a_located_error(tmp_path):
+def test_gpu_targets_take_dynamic_groups_and_refuse_a_dynamic_right_operand_with_a_located_error(tmp_path):
     # (the CUDA side: tests/runtime/cuda/test_dynamic_cuda.py)
-    path = tmp_path / "ew.ir"
-    path.write_text(ELEMENTWISE)
-    assert "long long in0_d0" in fusecc.compile(str(path), target="reference").source("cuda")
-    path = tmp_path / "mm.ir"
-    path.write_text(MATMUL)
-    with pytest.raises(Exception, match=r"mm.ir:\d+:\d+: .*with '\?' dims is not supported yet on target cuda"):
+    for name, text in (("ew.ir", ELEMENTWISE), ("mm.ir", MATMUL)):
+        path = tmp_path / name
+        path.write_text(text)
+        assert "long long in0_d0" in fusecc.compile(str(path), target="reference").source("cuda")
+    path = tmp_path / "qk.ir"
+    path.write_text('func.func @main(%q: tensor<?x16xf32>, %k: tensor<16x?xf32>) -> tensor<?x?xf32> attributes {fusecc.dims = [["S"], ["T"]]} {\n'
+                    "  %s = tensor.matmul %q, %k : (tensor<?x16xf32>, tensor<16x?xf32>) -> tensor<?x?xf32>\n  func.return %s : tensor<?x?xf32>\n}\n")
+    with pytest.raises(Exception, match=r"qk.ir:2:3: .*with '\?' dims is not supported yet on target cuda"):
         fusecc.compile(str(path), target="reference").source("cuda")
 
 
