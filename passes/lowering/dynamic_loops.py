@@ -23,8 +23,8 @@ from fusecc.compiler.types import MemRefType, TensorType
 from fusecc.dialects import loop
 from fusecc.dialects.fusion import GroupOp
 
-# Group kinds whose templates take `?` dims, with the ops they may hold (CPU
-# and GPU alike: on a GPU the grid is computed at launch, the block is fixed).
+# Group kinds whose templates take `?` dims, with the ops they may hold (on a
+# GPU the grid is computed at launch, the block is fixed: SUPPORTED_GPU).
 # (A template that meets a size it cannot handle raises; the driver reports
 # that as not supported too: `not_supported`.)
 SUPPORTED = {
@@ -32,8 +32,8 @@ SUPPORTED = {
     "injective": lambda op: True,
     "reduction": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
     "attention": lambda op: True,
-    "horizontal": lambda op: op.name != "tensor.attention",
-    "matmul": lambda op: True,  # `?` in either operand: runtime M, N, K and batch
+    "horizontal": lambda op: op.name != "tensor.attention" and (op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape)),
+    "matmul": lambda op: op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape),
 }
 
 
@@ -53,6 +53,14 @@ def shapes_key(group: GroupOp) -> tuple:
     return tuple(str(tuple(v.type.shape)) for v in list(group.operands) + list(group.results))
 
 
+def _static_rhs(op: Operation) -> bool:
+    return op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape)
+
+
+# The GPU matmul template takes `?` batch and rows only: K and N static.
+SUPPORTED_GPU = {**SUPPORTED, "horizontal": lambda op: SUPPORTED["horizontal"](op) and _static_rhs(op), "matmul": _static_rhs}
+
+
 def target_words(hw) -> str:
     return f"on target cuda ({hw.name})" if hw.is_gpu else "on the CPU"
 
@@ -63,7 +71,7 @@ def check_supported(func: Operation, hw) -> None:
         if not isinstance(group, GroupOp) or not is_dynamic(group):
             continue
         kind = group.attr("kind")
-        allowed = SUPPORTED.get(kind)
+        allowed = (SUPPORTED_GPU if hw.is_gpu else SUPPORTED).get(kind)
         refused = next((op for op in group.body_ops() if allowed is None or not allowed(op)), None)
         if refused is not None:
             raise error(
@@ -127,5 +135,5 @@ def erase_dims(schedule: loop.ScheduleOp, kernels) -> None:
                 _erase(result)
 
 
-__all__ = ["SUPPORTED", "check_supported", "runtime_checks", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
+__all__ = ["SUPPORTED", "SUPPORTED_GPU", "check_supported", "runtime_checks", "erase_dims", "erased", "is_dynamic", "shapes_key", "size_texts"]
 
