@@ -16,7 +16,7 @@ from fusecc.compiler.ir import Value
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
 from fusecc.passes.backends.cuda.c_text import EmitError
-from fusecc.passes.backends.host_extent import host_extent
+from fusecc.passes.backends.host_extent import arg_size_name, host_extent
 
 
 def is_dynamic_kernel(kernel: loop.KernelOp) -> bool:
@@ -79,4 +79,19 @@ def render_dim(renderer, op) -> None:
     renderer.c[op.result] = name  # `long long`, as every index of a dynamic kernel
 
 
-__all__ = ["c_shape", "is_dynamic_kernel", "launch_grid", "render_dim", "size_params"]
+def grid_in_params(renderer) -> tuple:
+    """The grid for the kernel's comment: a dimension computed at launch as
+    an expression of the kernel's size parameters (`(in0_d0*in0_d1 + 255)//256`)."""
+    if all(isinstance(g, int) for g in renderer.grid):
+        return renderer.grid
+    from fusecc.passes.backends.cuda.manifest_dims import in_dims
+
+    names = {}
+    for i, arg in enumerate(renderer.kernel.body.args):
+        if isinstance(arg.type, MemRefType):
+            for axis, size in enumerate(arg.type.shape):
+                names[arg_size_name(i, axis)] = renderer.sizes.get((arg, axis), size if type(size) is int else f"a{i}_{axis}")
+    return tuple(g if isinstance(g, int) else in_dims(g, names) for g in renderer.grid)
+
+
+__all__ = ["c_shape", "grid_in_params", "is_dynamic_kernel", "launch_grid", "render_dim", "size_params"]

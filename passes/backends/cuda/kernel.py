@@ -47,7 +47,7 @@ from fusecc.passes.backends.cuda.c_text import (
     is_reduced_float,
     unique_global,
 )
-from fusecc.passes.backends.cuda.dynamic_sizes import c_shape, is_dynamic_kernel, launch_grid, render_dim, size_params
+from fusecc.passes.backends.cuda.dynamic_sizes import c_shape, grid_in_params, is_dynamic_kernel, launch_grid, render_dim, size_params
 from fusecc.passes.backends.cuda.mma import render_mma
 from fusecc.passes.backends.cuda.op_table import CODE_FOR_OP
 from fusecc.passes.backends.cuda.vector_memory import RENDERERS as VECTOR_MEMORY_RENDERERS
@@ -293,7 +293,7 @@ class KernelRenderer:
         body = self.lines[body_start:]
         self.lines = self.lines[:body_start]
         self.params = params
-        header = comment_lines(self.kernel, self.name, self.grid, self.block, self.static_shared, self.dynamic_shared)
+        header = comment_lines(self.kernel, self.name, grid_in_params(self), self.block, self.static_shared, self.dynamic_shared)
         bounds = max(1, self.block[0] * self.block[1] * self.block[2])  # an empty block is never launched
         param_text = ", ".join(f"{p.c_type} {p.name}" for p in params)
         out = header + [f'extern "C" __global__ void __launch_bounds__({bounds}) {self.name}({param_text}) {{']
