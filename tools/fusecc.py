@@ -321,6 +321,9 @@ def _counters_report(args, engine: DiagnosticEngine) -> int:
     from fusecc.driver.cuda_level import build_manifest
     from fusecc.driver.cuda_target import lower_to_cuda
     from fusecc.runtime.cuda.counters import format_counters, kernel_counters
+    from fusecc.compiler.dims import hinted_shape
+    from fusecc.compiler.types import TensorType
+    from fusecc.runtime.cuda.execute import for_call
     from fusecc.runtime.reference import random_input
 
     from fusecc.passes.backends.hardware import HARDWARE
@@ -332,10 +335,11 @@ def _counters_report(args, engine: DiagnosticEngine) -> int:
     module = load(args.input, engine, args)
     func = entry_function(module, None)
     rng = np.random.default_rng(0)
-    inputs = [random_input(t, rng) for t in func.function_type.inputs]
+    # `?` dims run at their --shape-hint sizes (docs/dynamic-shapes.md)
+    inputs = [random_input(t if t.is_static else TensorType(hinted_shape(t.shape), t.element_type), rng) for t in func.function_type.inputs]
     with phase("the code generator"):
         cuda = lower_to_cuda(module, choice.arch, PassContext(diagnostics=engine, target=choice.hardware, allow_tf32=choice.allow_tf32))
-        manifest = build_manifest(module, cuda, "kernels.cu", choice.arch, func.sym_name)
+        manifest = for_call(build_manifest(module, cuda, "kernels.cu", choice.arch, func.sym_name), inputs)
     with phase("the counters"):
         rows = kernel_counters(cuda, manifest, inputs, hardware)
     if args.json:

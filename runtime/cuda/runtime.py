@@ -196,7 +196,10 @@ class GpuProgram:
                 self._launch_each()
 
     def capture_graph(self) -> None:
-        """Record the launches once; `launch` then replays the graph."""
+        """Record the launches once; `launch` then replays the graph (of the
+        current shape, for a program with `?` dims)."""
+        if self.bound is None:
+            raise GpuLaunchError("a program with '?' dims is bound per shape: set its inputs first (set_inputs or a call)")
         stream = self.runtime.stream
         with self.runtime.device, stream:
             stream.begin_capture()

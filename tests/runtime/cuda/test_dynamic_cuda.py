@@ -284,3 +284,11 @@ def test_gpu_runs_one_dynamic_program_at_several_sizes(rows):
         outputs = program(inputs)
         for spec, want in zip(manifest.outputs, reference(module, "main", inputs)):
             np.testing.assert_allclose(outputs[spec.name], want, rtol=2e-5, atol=2e-6)
+
+
+def test_counters_report_runs_a_dynamic_program_at_its_shape_hints(tmp_path, capsys):
+    program = tmp_path / "rows.ir"
+    program.write_text(BIAS_EXP)
+    assert fusecc_main(["report", str(program), "--counters", "--arch", "sm_90", "--shape-hint", "B=3,D=300", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["grid_blocks"] == -(-3 * 300 // 256)  # the grid at the hinted sizes
