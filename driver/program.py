@@ -214,7 +214,9 @@ class Program:
             return self._compiled, (self._meta() if static else None)
 
         compiled, meta, hit = program_cache.compiled_model(path, options, build, pool)
-        if hit:
+        if not hit:  # the model's digest, and the image written to the cache
+            self.stats.phases["cache"] = time.perf_counter() - start - sum(self.stats.phases.values())
+        else:
             from fusecc.compiler.types import parse_type_token
 
             self._compiled = compiled
@@ -252,13 +254,15 @@ class Program:
 
             module = self.module.clone()
             run_pipeline(parse_pipeline(pipeline_for_level("loop", target=self._hardware)), module, PassContext(diagnostics=self._engine, target=self._hardware), verify_each=verify_each())
-            self.stats.phases["lower"] = time.perf_counter() - start
+            lowered = time.perf_counter()
+            self.stats.phases["lower"] = lowered - start
             if self._threads is None:
                 self._compiled = compile_program(module)
             else:
                 self._compiled = CompiledProgram(module, pool=pool or WorkerPool(self._threads))
             self._loop_module = self._compiled.module
             placed = time.perf_counter()
+            self.stats.phases["LLVM IR + LLVM"] = placed - lowered  # LLVM: compiled, or the object read from the cache
             self._compiled.prepare(self.entry)  # constants placed and weights packed now, not on the first call
             self.stats.phases["place constants"] = time.perf_counter() - placed
             self.stats.functions = len(self._compiled.kernels)
