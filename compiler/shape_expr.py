@@ -162,6 +162,8 @@ def from_sympy(expr) -> str:
         return f"{name.lower()}({', '.join(args)})"
     if name == "Mod":
         return f"{_atom(args[0])} % {_atom(args[1])}"
+    if name == "Pow" and expr.args[1].is_Integer and int(expr.args[1]) > 0:  # S**2 (a [B, S, S] buffer's bytes): S*S
+        return product([args[0]] * int(expr.args[1]))
     if name in ("floor", "ceiling"):
         numerator, denominator = expr.args[0].as_numer_denom()
         n, d = from_sympy(numerator), from_sympy(denominator)

@@ -140,6 +140,9 @@ def _merge(block: Block, siblings: list[Operation], position: dict[Operation, in
     forced = any(flag(op, FORCE) for op in siblings)
     names = ", ".join(log.name(mm) for mm in siblings)
     refusal = cm.sibling_merge_refusal(len(siblings))
+    if any(type(w) is not int for w in widths):  # the pieces would start at sums of `?` dims
+        refusal = "their widths are '?' dims"
+        forced = False
     if refusal is not None and not forced:
         for mm in siblings[1:]:
             log.refuse(mm, siblings[0], f"not merged with its sibling matmuls ({names}): {refusal}")

@@ -32,8 +32,8 @@ SUPPORTED = {
     "injective": lambda op: True,
     "reduction": lambda op: op.name not in ("tensor.matmul", "tensor.attention"),
     "attention": lambda op: True,
-    "horizontal": lambda op: op.name != "tensor.attention" and (op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape)),
-    "matmul": lambda op: op.name != "tensor.matmul" or all(type(d) is int for d in op.operands[1].type.shape),
+    "horizontal": lambda op: op.name != "tensor.attention",
+    "matmul": lambda op: True,  # `?` in either operand: runtime M, N, K and batch
 }
 
 

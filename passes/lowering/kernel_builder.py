@@ -57,7 +57,7 @@ from fusecc.dialects import arith, loop
 
 from fusecc.passes.lowering.barriers import place_barriers_in
 from fusecc.passes.tiling.shapes import ceil_div, compute_type, next_pow2, product
-from fusecc.compiler.diagnostics import error
+from fusecc.compiler.diagnostics import DiagnosticError, error
 from fusecc.passes.lowering.scalar_emitter import IndexMath, ScalarEmitter, Scalars, _number_attr, visible_here
 
 IndexLike = Value | int
@@ -169,6 +169,7 @@ class KernelBuilder:
         self.im = KernelIndexMath(self)
         self.s = KernelScalars(self)
         self._outer_body = None  # the block (worker) loop's body, where buffers are allocated
+        self._dividing: set = set()  # sizes being derived by division (runtime_size), against cycles
 
     def emitter(self, buffers: dict[Value, Value]) -> ScalarEmitter:
         """A scalar emitter that builds here, with this kernel's constants."""
@@ -227,7 +228,38 @@ class KernelBuilder:
                     n = self.hoist(arith.AddOp, {}, [n, self.im.const(d - 1)])
                 quotient = self.hoist(arith.DivOp, {}, [n, self.im.const(d)])
                 return self.hoist(arith.SubOp, {}, [self.im.const(0), quotient]) if negated else quotient
+        divided = self._divided_size(size)
+        if divided is not None:
+            return divided
         raise error(self.kernel.location, f"the size {size} is not the size of an axis of the kernel's buffers: dynamic shapes like this are not supported yet (docs/dynamic-shapes.md)")
+
+    def _divided_size(self, size) -> Value | None:
+        """A size no axis has, where an axis holds a multiple of it: that
+        axis' size divided by the factor, when the kernel can compute the
+        factor. (The B of a [4*B, S, 16] buffer; the S of a [B*S, 192] one
+        next to a [B, ...] one: a head split read from a flat projection.)"""
+        import sympy
+
+        if size in self._dividing:
+            return None
+        multiples = []  # (factor, the multiple): constant factors first (legalize guards a division by a size)
+        for arg in self.kernel.body.args:
+            for d in arg.type.shape if isinstance(arg.type, MemRefType) else ():
+                if type(d) is not int:
+                    factor, denominator = sympy.cancel(d / size).as_numer_denom()
+                    if denominator == 1 and not size.free_symbols & factor.free_symbols:
+                        multiples.append((not factor.is_Integer, len(multiples), factor, d))
+        self._dividing.add(size)
+        try:
+            for _, _, factor, d in sorted(multiples):
+                try:
+                    divisor = self.index(_int_or(factor))
+                except DiagnosticError:  # a factor this kernel cannot compute either
+                    continue
+                return self.hoist(arith.DivOp, {}, [self.runtime_size(d), divisor])
+            return None
+        finally:
+            self._dividing.discard(size)
 
     def named(self, value: Value, hint: str) -> Value:
         if value.name_hint is None and value.defining_op is not None and not isinstance(value.defining_op, arith.ConstantOp):

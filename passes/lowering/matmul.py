@@ -311,7 +311,7 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
             own = operand_batch(problem, position)
             packed_batch[position] = im.linearize(broadcast_index(bidx, problem.batch, own, im), own)
 
-        def register_tile(m0: Value, n0: Value, whole: bool = False) -> None:
+        def register_tile(m0: Value, n0: Value, whole: bool = False, whole_columns: bool = False) -> None:
             # The MR×NR tile at (m0, n0): a vector loop over its NR columns
             # around the K loop, which carries one accumulator per row (each
             # a vector register row once the vector loop is widened).
@@ -321,7 +321,7 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
 
             def column(j: Value) -> None:
                 n = im.add(n0, j)
-                col_ok = ns.guard(w, n, nr)
+                col_ok = None if whole_columns else ns.guard(w, n, nr)
 
                 def k_step(k: Value, *acc: Value) -> list[Value]:
                     # packed panels are zero past M and N: no guards
@@ -350,16 +350,27 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
         # a K×NR panel of B stays in cache for all of them, and the block's
         # MC×K rows of A for all its panels.
         def column_panel(n0: Value) -> None:
-            w.for_(row0, row_end, mr, lambda m0: row_tile(m0, n0), name="m0")
+            if type(ns.end) is int:
+                w.for_(row0, row_end, mr, lambda m0: row_tile(m0, n0), name="m0")
+                return
+            # `?` columns (N of a B with `?` dims, say q @ kᵀ over S keys):
+            # whole panels run unguarded, only the ragged last one checks
+            # its columns against N; once per panel, outside the row loop.
+            inside = w.cmp("le", im.add(n0, im.const(nr)), ns.end)
+            w.if_(
+                inside,
+                lambda: w.for_(row0, row_end, mr, lambda m0: row_tile(m0, n0, whole_columns=True), name="m0"),
+                lambda: w.for_(row0, row_end, mr, lambda m0: row_tile(m0, n0), name="m0"),
+            )
 
-        def row_tile(m0: Value, n0: Value) -> None:
+        def row_tile(m0: Value, n0: Value, whole_columns: bool = False) -> None:
             if type(ms.end) is int:
-                register_tile(m0, n0)
+                register_tile(m0, n0, whole_columns=whole_columns)
                 return
             # `?` rows (docs/dynamic-shapes.md): whole tiles run unguarded,
             # only the ragged last one checks its rows against M.
             inside = w.cmp("le", im.add(m0, im.const(mr)), ms.end)
-            w.if_(inside, lambda: register_tile(m0, n0, whole=True), lambda: register_tile(m0, n0))
+            w.if_(inside, lambda: register_tile(m0, n0, whole=True, whole_columns=whole_columns), lambda: register_tile(m0, n0, whole_columns=whole_columns))
 
         w.for_(col0, col_end, nr, column_panel, name="n0")
 
@@ -410,7 +421,10 @@ def pack_operand_cpu(group: GroupOp, problem: MatmulProblem, position: int, widt
     PACK_K·width contiguous values into each panel."""
     operand = problem.lhs if position == 0 else problem.rhs
     name = "a" if position == 0 else "b"
-    w = KernelWriter(group, hardware, name=f"{kernel_name(group)}_pack_{name}", extra_args=[packed_type], with_outputs=False)
+    # An operand with `?` dims is packed per call; its kernel also takes the
+    # group's outputs, whose dims give sizes its input alone may not (the
+    # S of a [B*S, 192] input read as [B*4, S, 16]; docs/dynamic-shapes.md).
+    w = KernelWriter(group, hardware, name=f"{kernel_name(group)}_pack_{name}", extra_args=[packed_type], with_outputs=not operand.type.is_static)
     (packed,) = w.extra
     im = w.im
     batch = operand_batch(problem, position)

@@ -101,15 +101,24 @@ def test_the_loop_level_takes_sizes_from_the_buffers_and_plans_memory_symbolical
 
 
 def test_a_group_the_cpu_templates_cannot_take_yet_is_a_located_error(tmp_path):
-    path = tmp_path / "products.ir"
+    """A kernel whose buffers hold no size it needs: the second matmul's
+    buffers are all [B*S, 16], but its prologue (a transpose of [B, S]) needs
+    B alone. (Matmuls with `?` dims in either operand lower:
+    tests/passes/lowering/test_dynamic_matmul.py.)"""
+    path = tmp_path / "flat.ir"
     path.write_text(
-        """func.func @main(%x: tensor<?x?xf32>, %y: tensor<?x?xf32>) -> tensor<?x?xf32> attributes {fusecc.dims = [["M", "K"], ["K", "N"]]} {
-  %0 = tensor.matmul %x, %y : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
-  func.return %0 : tensor<?x?xf32>
+        """func.func @main(%x: tensor<?x?x16xf32>, %w: tensor<16x16xf32>) -> tensor<?x16xf32> attributes {fusecc.dims = [["B", "S"], []]} {
+  %0 = tensor.reshape %x {fusecc.dims = ["B*S"]} : (tensor<?x?x16xf32>) -> tensor<?x16xf32>
+  %1 = tensor.matmul %0, %w : (tensor<?x16xf32>, tensor<16x16xf32>) -> tensor<?x16xf32>
+  %2 = tensor.reshape %1 {fusecc.dims = ["B", "S"]} : (tensor<?x16xf32>) -> tensor<?x?x16xf32>
+  %3 = tensor.transpose %2 {perm = [1, 0, 2]} : (tensor<?x?x16xf32>) -> tensor<?x?x16xf32>
+  %4 = tensor.reshape %3 {fusecc.dims = ["B*S"]} : (tensor<?x?x16xf32>) -> tensor<?x16xf32>
+  %5 = tensor.matmul %4, %w : (tensor<?x16xf32>, tensor<16x16xf32>) -> tensor<?x16xf32>
+  func.return %5 : tensor<?x16xf32>
 }
 """
     )
-    with pytest.raises(fusecc.CompileError, match=r"products.ir:2:\d+: error: 'tensor.matmul' in a matmul group with '\?' dims is not supported yet on the CPU"):
+    with pytest.raises(fusecc.CompileError, match=r"flat.ir:4:3: error: the size B is not the size of an axis of the kernel's buffers: dynamic shapes like this are not supported yet"):
         fusecc.compile(str(path), target="cpu")
 
 
