@@ -157,6 +157,25 @@ def test_a_sanitizer_finding_on_the_harness_is_a_failure(monkeypatch):
     assert "shared-memory race" in outcome.details["harness"]
 
 
+def test_the_harness_allows_for_the_tensor_core_attention_rounding_of_p():
+    # fuzz seed 9360: f16 attention (tensor cores on sm_90 round P to f16, docs/cuda-tensor-cores.md)
+    # then rmsnorm over a row of one, which turns a small output's absolute error into a large relative one:
+    # the harness is judged with the jitter that rounding allows; the reference and the CPU are not
+    from fusecc.tools.fuzz.generate import Case
+    from fusecc.tools.fuzz.run import expected_results, has_narrow_attention
+
+    h = lambda *s: Type(s, "f16")  # noqa: E731
+    args = [("q", h(1, 3)), ("k", h(4, 3)), ("v", h(4, 2)), ("g", h(1))]
+    ops = [Op("attention", ["q", "k", "v"], ["o"]), Op("transpose", ["o"], ["t"], {"perm": [1, 0]}), Op("rmsnorm", ["t", "g"], ["r"])]
+    inputs = [np.array(x, np.float16) for x in ([[-1.375, 0.75, 1.375]], [[-1.25, 0.125, 0.125], [0.75, 0.625, -0.375], [-0.375, -0.375, -0.625], [-1.5, 0.875, 0.0]], [[-0.125, -0.0], [-0.75, -1.25], [0.375, -0.75], [-0.0, 0.25]], [-0.5])]
+    case = Case(9360, Program([Function("main", args, ops, ["r"])]), inputs, [])
+    assert has_narrow_attention(case)
+    plain, gpu = expected_results(case)[1][0], expected_results(case, p_rounding=True)[1][0]
+    assert plain.all() and not gpu.all()  # the element the rounding can move is judged on the CPU, not on the harness
+    outcome = run_case(case, ["reference", "cpu", "harness"])
+    assert outcome.failed() == [], outcome.details
+
+
 def test_invalid_variants_are_rejected_with_a_location():
     classes = collections.Counter(check_invalid_variant(generate(seed))[0] for seed in range(40))
     assert set(classes) <= {"rejected", "skipped"} and classes["rejected"] > 30
