@@ -214,7 +214,7 @@ class Program:
             return self._compiled, (self._meta() if static else None)
 
         compiled, meta, hit = program_cache.compiled_model(path, options, build, pool)
-        if not hit:  # the model's digest, and the image written to the cache
+        if not hit:  # the model's digest and the cache lookup (the image is written on a background thread)
             self.stats.phases["cache"] = time.perf_counter() - start - sum(self.stats.phases.values())
         else:
             from fusecc.compiler.types import parse_type_token

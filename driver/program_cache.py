@@ -22,7 +22,8 @@ import hashlib
 import importlib.util
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 from fusecc.runtime import cache
@@ -69,44 +70,36 @@ def program_key(path: str, options: dict) -> str:
     return cache.digest(KIND, file_digest(path), json.dumps(options, sort_keys=True), json.dumps(settings, sort_keys=True), compiler_identity())
 
 
+_stores: dict[str, Future] = {}  # key -> the background store of an entry this process compiled
+_storer: ThreadPoolExecutor | None = None
+_lock = threading.Lock()
+
+
 def compiled_model(path: str, options: dict, build: Callable[[], tuple[object, dict | None]], pool=None):
     """(CompiledProgram, meta, from the cache) for the model file `path`.
     `build()` compiles it: (CompiledProgram, meta), meta None when the
-    program must not be kept; it runs on a miss, under the cache entry's lock."""
+    program must not be kept. After a build the image is written to the
+    cache on a background thread (store_later)."""
     if cache.kind_dir(KIND) is None:  # no usable disk cache (the reason was printed once)
         program, meta = build()
         return program, meta, False
     # The model's digest (hashlib lets go of the GIL) while this thread imports the CPU runtime.
     with ThreadPoolExecutor(1, thread_name_prefix="fusecc-digest") as digests:
         pending = digests.submit(program_key, path, options)
-        from fusecc.runtime.cpu.image import ImageError, image_bytes, load_image
+        from fusecc.runtime.cpu.image import ImageError, load_image
 
         try:
             key = pending.result()
         except OSError:  # the model cannot be read: the compile path says why
             program, meta = build()
             return program, meta, False
-    built: dict = {}
-
-    def make() -> bytes:
-        program, meta = build()
-        built["result"] = (program, meta)
-        if meta is None:
-            return b""  # a marker: compile this one every time
-        try:
-            return image_bytes(program, meta)
-        except ImageError:
-            return b""
-
+    storing = _stores.get(key)
+    if storing is not None:  # this process compiled it a moment ago: its entry first
+        wait(storing)
     try:
-        blob, _ = cache.fetch_bytes(KIND, key, make, aligned=True)
-    except OSError:  # the cache cannot be written
-        if "result" in built:
-            return (*built["result"], False)
-        program, meta = build()
-        return program, meta, False
-    if "result" in built:
-        return (*built["result"], False)
+        blob = cache.lookup_bytes(KIND, key, aligned=True)
+    except OSError:
+        blob = None
     if blob:
         try:
             program, meta = load_image(blob, pool)
@@ -114,7 +107,49 @@ def compiled_model(path: str, options: dict, build: Callable[[], tuple[object, d
         except ImageError as exc:
             cache.warn_once(f"a compiled program in the cache could not be loaded ({exc}); compiling it")
     program, meta = build()
+    if blob is None:  # not there (an empty entry marks a program that is never kept)
+        store_later(key, program, meta)
     return program, meta, False
 
 
-__all__ = ["KIND", "compiled_model", "compiler_identity", "file_digest", "program_key"]
+def store_later(key: str, program, meta: dict | None) -> Future:
+    """Write the image of `program` (an empty entry when `meta` is None or
+    the program has no image) to the cache on a background thread: hashing
+    and writing a model's weights let go of the GIL, so the caller runs on
+    meanwhile. The thread is joined at exit, so the entry is complete then."""
+    from fusecc.runtime.cpu.image import ImageError, image_bytes
+
+    global _storer
+    try:
+        chunks = image_bytes(program, meta) if meta is not None else b""
+    except ImageError:
+        chunks = b""
+
+    def store() -> None:
+        try:
+            cache.fetch_bytes(KIND, key, lambda: chunks)
+        except OSError as exc:  # a cache that cannot be written only costs the next process a compile
+            cache.warn_once(f"could not keep a compiled program in the cache ({exc})")
+
+    with _lock:
+        if _storer is None:
+            _storer = ThreadPoolExecutor(1, thread_name_prefix="fusecc-store")
+        future = _stores[key] = _storer.submit(store)
+    future.add_done_callback(lambda done: _stores.pop(key, None) if _stores.get(key) is done else None)  # (it holds the weights)
+    return future
+
+
+def wait_for_stores() -> None:
+    """Wait until every compiled program this process is storing is in the cache."""
+    for future in list(_stores.values()):
+        wait(future)
+
+
+def wait(future: Future) -> None:
+    try:
+        future.result()
+    except Exception:  # noqa: BLE001 (the store said why, once)
+        pass
+
+
+__all__ = ["KIND", "compiled_model", "compiler_identity", "file_digest", "program_key", "store_later", "wait_for_stores"]

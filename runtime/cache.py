@@ -342,6 +342,18 @@ def fetch_bytes(kind: str, key: str, build: Callable[[], bytes | list], root: st
     return _fetch(kind, key, write, root, blob=True, aligned=aligned, built=built)
 
 
+def lookup_bytes(kind: str, key: str, root: str | os.PathLike | None = None, aligned: bool = False):
+    """A blob entry's bytes if the disk cache holds it (checked against its
+    digest, as fetch_bytes does), else None; nothing is built."""
+    folder = kind_dir(kind, root)
+    if folder is None:
+        return None
+    found = _verified(folder / key, True, aligned)
+    if found is not None:
+        counts.hits += 1
+    return found
+
+
 def _fetch(kind: str, key: str, build: Callable[[Path], None], root, blob: bool, aligned: bool = False, built: list | None = None):
     folder = kind_dir(kind, root)
     if folder is None:

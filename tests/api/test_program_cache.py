@@ -131,6 +131,7 @@ def test_a_program_with_dynamic_dims_is_not_kept(tmp_path, cache_dir):
 def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path, cache_dir, caplog):
     path = write_model(tmp_path / "m.onnx")
     fusecc.compile(path, target="cpu")
+    program_cache.wait_for_stores()  # the entry is written on a background thread
     [entry] = [p for p in (cache_dir / program_cache.KIND).iterdir() if p.name != ".lock"]
     data = entry / "data"
     blob = bytearray(data.read_bytes())
