@@ -238,7 +238,7 @@ class KernelBuilder:
         axis' size divided by the factor, when the kernel can compute the
         factor. (The B of a [4*B, S, 16] buffer; the S of a [B*S, 192] one
         next to a [B, ...] one: a head split read from a flat projection.)"""
-        import sympy
+        from fusecc.compiler.dims import sympy
 
         if size in self._dividing:
             return None
@@ -246,7 +246,7 @@ class KernelBuilder:
         for arg in self.kernel.body.args:
             for d in arg.type.shape if isinstance(arg.type, MemRefType) else ():
                 if type(d) is not int:
-                    factor, denominator = sympy.cancel(d / size).as_numer_denom()
+                    factor, denominator = sympy().cancel(d / size).as_numer_denom()
                     if denominator == 1 and not size.free_symbols & factor.free_symbols:
                         multiples.append((not factor.is_Integer, len(multiples), factor, d))
         self._dividing.add(size)
