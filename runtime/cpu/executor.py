@@ -123,20 +123,20 @@ class CompiledProgram:
         self._bind_kernels(compiled, self.llvm.kernels, pool)
 
     @classmethod
-    def from_object(cls, data: bytes, abis: dict[str, KernelABI], layouts: Sequence[PlanLayout], pool: WorkerPool | None = None) -> "CompiledProgram":
-        """A program from an object file of its kernels and its static
+    def from_object(cls, objects: list[bytes], abis: dict[str, KernelABI], layouts: Sequence[PlanLayout], pool: WorkerPool | None = None) -> "CompiledProgram":
+        """A program from the object files of its kernels and its static
         schedules as data (runtime/cpu/image.py): no IR, no LLVM run.
         `module` and `llvm` are None."""
         program = cls.__new__(cls)
         program.module = program.llvm = None
-        program._bind_kernels(jit.load_object(data, list(abis)), abis, pool)
+        program._bind_kernels(jit.load_object(objects, list(abis)), abis, pool)
         for layout in layouts:
             program._plans[layout.name] = SchedulePlan(program, layout)
         return program
 
     def _bind_kernels(self, compiled: "jit.CompiledModule", abis: dict[str, KernelABI], pool: WorkerPool | None) -> None:
         self._engine = compiled.engine
-        self.object_code = compiled.object_code
+        self.objects = compiled.objects
         self.pool = pool or default_pool()
         self.kernels: dict[str, Kernel] = {}
         for name, abi in abis.items():

@@ -1,6 +1,6 @@
 """A compiled static CPU program as one blob of bytes, and back.
 
-What a warm start needs and nothing more: the object file of the kernels,
+What a warm start needs and nothing more: the object files of the kernels,
 each kernel's calling convention (KernelABI), each schedule resolved to
 plain data (executor.PlanLayout, its constants in storage bytes), and the
 caller's own metadata (JSON). Loading an image runs no pass, emits no LLVM
@@ -9,7 +9,7 @@ copied into aligned buffers and the load-time launches (weight packing) run.
 
 Layout: MAGIC, the header's length (8 bytes, little endian), the header
 (JSON: kernels, plans, meta, and where the sections are), then the sections
-(the object file, then each constant) at 64-byte aligned offsets. The
+(the object files, then each constant) at 64-byte aligned offsets. The
 runtime's cache (kind "program") checks the blob against its digest before
 this module reads it; a blob that does not parse is a ValueError.
 """
@@ -26,7 +26,7 @@ from fusecc.passes.backends.llvm.emit import KernelABI
 from fusecc.runtime.cpu.buffers import aligned_empty
 from fusecc.runtime.cpu.executor import CompiledProgram, PlanLayout, SchedulePlan, WorkerPool
 
-MAGIC = b"FUSECC-CPU-IMAGE-1\n"
+MAGIC = b"FUSECC-CPU-IMAGE-2\n"
 ALIGN = 64
 
 
@@ -56,7 +56,7 @@ def image_bytes(program: CompiledProgram, meta: dict) -> list:
     plans = [plan for plan in (program.prepare(name) for name in program.schedule_names())]
     if not all(isinstance(plan, SchedulePlan) for plan in plans):
         raise ImageError("a schedule with dynamic dims has no image (its plan is made per call)")
-    sections: list[bytes] = [program.object_code]
+    sections: list = list(program.objects)
     kernels = {
         name: {
             "params": [str(t) for t in k.abi.params],
@@ -91,7 +91,7 @@ def image_bytes(program: CompiledProgram, meta: dict) -> list:
     for section in sections:
         placed.append([offset, len(section)])
         offset += -(-len(section) // ALIGN) * ALIGN
-    header = json.dumps({"kernels": kernels, "plans": described, "sections": placed, "meta": meta}, separators=(",", ":")).encode()
+    header = json.dumps({"objects": len(program.objects), "kernels": kernels, "plans": described, "sections": placed, "meta": meta}, separators=(",", ":")).encode()
     start = -(-(len(MAGIC) + 8 + len(header)) // ALIGN) * ALIGN
     chunks = [MAGIC, len(header).to_bytes(8, "little"), header, bytes(start - len(MAGIC) - 8 - len(header))]
     for (at, size), section in zip(placed, sections):
@@ -163,10 +163,10 @@ def load_image(blob, pool: WorkerPool | None = None) -> tuple[CompiledProgram, d
                 inputs_written=set(plan["inputs_written"]),
                 constants_written=plan["constants_written"],
             ))
-        object_code = bytes(section(0))
+        objects = [bytes(section(i)) for i in range(header["objects"])]
     except (KeyError, TypeError, IndexError) as exc:
         raise ImageError(f"the image's header is not one this version writes ({type(exc).__name__}: {exc})") from None
-    return CompiledProgram.from_object(object_code, abis, layouts, pool), header["meta"]
+    return CompiledProgram.from_object(objects, abis, layouts, pool), header["meta"]
 
 
 __all__ = ["ImageError", "image_bytes", "load_image", "read_header"]

@@ -3,15 +3,17 @@
 Modules are optimised with LLVM's new pass manager at O3 (loop and SLP
 vectorisers on) for the host CPU and its features (`-mcpu=native`), emitted
 as object files and loaded with MCJIT, one engine per module so that kernel
-names of different programs never clash. LLVM runs in a forked child
-process: an LLVM assertion aborts that child, not the caller, and becomes an
-internal error (LLVMCrash) with LLVM's message.
+names of different programs never clash. LLVM runs in forked child
+processes: an LLVM assertion aborts that child, not the caller, and becomes
+an internal error (LLVMCrash) with LLVM's message. A long module is split
+by function into two modules compiled at once (split_module), one per core.
 
 Two caches: in memory, per process, by the hash of the IR text; on disk
 (runtime/cache.py, kind "cpu"), object files keyed by that hash plus the
 CPU, its features, the llvmlite version and the optimisation settings,
 checked against their content digest before loading; concurrent processes
-never read half a file and compile each module once.
+never read half a file (two that miss the same module at once may both
+compile it; the first stores it).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class CompiledModule:
     engine: object  # the MCJIT engine that owns the code; keep it alive
     addresses: dict[str, int]
     from_disk: bool
-    object_code: bytes  # what was loaded (runtime/cpu/image.py stores it with a program)
+    objects: tuple  # the object files loaded (runtime/cpu/image.py stores them with a program)
 
 
 def optimise(text: str):
@@ -98,6 +100,12 @@ def object_code(text: str) -> bytes:
     """Optimise `text` and emit its object file in a forked child process,
     so that an LLVM assertion (which aborts) or crash cannot kill the
     caller: it becomes an LLVMCrash with LLVM's message."""
+    return _finish_child(_start_child(text))
+
+
+def _start_child(text: str):
+    """Fork a child that compiles `text`; (pid, object pipe, error pipe), or
+    the object itself where there is no fork."""
     machine = host_target_machine()  # initialised here, inherited by the child
     if not hasattr(os, "fork"):
         return machine.emit_object(optimise(text))
@@ -121,6 +129,15 @@ def object_code(text: str) -> bytes:
             os._exit(status)
     os.close(object_write)
     os.close(error_write)
+    return pid, object_read, error_read
+
+
+def _finish_child(child) -> bytes:
+    """The object a child of _start_child wrote (it writes only once it is
+    done, so reading children one after the other never blocks them)."""
+    if isinstance(child, bytes):
+        return child
+    pid, object_read, error_read = child
     with os.fdopen(object_read, "rb") as objects, os.fdopen(error_read, "rb") as errors:
         data = objects.read()
         message = errors.read().decode(errors="replace").strip()
@@ -131,6 +148,45 @@ def object_code(text: str) -> bytes:
     if os.WEXITSTATUS(status) != 0:
         raise LLVMCrash(f"LLVM failed while compiling the CPU kernels: {message or 'no message'}")
     return data
+
+
+# A module at least this long (characters of IR) is split to compile its
+# kernels on two cores at once: MiniLM-L3's 16 kernels are ~160 k and take
+# ~0.4 s of LLVM; a few small kernels are not worth a second fork.
+SPLIT_CHARACTERS = 60_000
+
+
+def split_module(text: str, parts: int) -> list[str]:
+    """`text`'s functions spread over at most `parts` modules of about equal
+    size, each with every declaration, attribute group and metadata node
+    (unused ones cost nothing). [text] when it has global variables (they
+    must be defined once) or fewer than two functions."""
+    header: list[str] = []
+    functions: list[str] = []
+    trailer: list[str] = []
+    current: list[str] | None = None
+    for line in text.splitlines(keepends=True):
+        if current is not None:
+            current.append(line)
+            if line.startswith("}"):
+                functions.append("".join(current))
+                current = None
+        elif line.startswith("define "):
+            current = [line]
+        elif line.startswith("@"):
+            return [text]
+        else:
+            (trailer if functions else header).append(line)
+    if current is not None or len(functions) < 2 or parts < 2:
+        return [text]
+    groups: list[list[str]] = [[] for _ in range(min(parts, len(functions)))]
+    sizes = [0] * len(groups)
+    for function in sorted(functions, key=len, reverse=True):
+        smallest = sizes.index(min(sizes))
+        groups[smallest].append(function)
+        sizes[smallest] += len(function)
+    head, tail = "".join(header), "".join(trailer)
+    return [head + "".join(group) + tail for group in groups]
 
 
 def _cached_object(text: str) -> tuple[bytes, bool]:
@@ -145,29 +201,61 @@ def _cached_object(text: str) -> tuple[bytes, bool]:
         return build(), False
 
 
+def _cached_objects(texts: list[str]) -> tuple[list[bytes], bool]:
+    """The object files for `texts`: each from the disk cache (kind "cpu",
+    checked against its digest), else compiled, all misses at once in
+    children of their own, and stored. Returns (objects, all from disk)."""
+    keys = [cache.digest(text, host_description()) for text in texts]
+    objects: list[bytes | None] = []
+    for key in keys:
+        try:
+            objects.append(cache.lookup_bytes("cpu", key))
+        except OSError:
+            objects.append(None)
+    from_disk = all(o is not None for o in objects)
+    children = {i: _start_child(texts[i]) for i, found in enumerate(objects) if found is None}
+    failure = None
+    for i, child in children.items():  # every child is waited for, even after one failed
+        try:
+            data = _finish_child(child)
+        except LLVMCrash as exc:
+            failure = failure or exc
+            continue
+        try:  # a cache that cannot be written only costs the next process a compile
+            objects[i] = cache.fetch_bytes("cpu", keys[i], lambda data=data: data)[0]
+        except OSError:
+            objects[i] = data
+    if failure is not None:
+        raise failure
+    return objects, from_disk
+
+
 def compile_ir(text: str, symbols) -> CompiledModule:
-    """Machine code for `text`; `symbols` are the functions to look up."""
+    """Machine code for `text`; `symbols` are the functions to look up. A
+    long module is compiled in parts on all cores (split_module)."""
     key = cache.digest(text)
     with _lock:
         found = _compiled.get(key)
     if found is not None:
         return found
+    parts = split_module(text, min(2, os.cpu_count() or 1)) if len(text) >= SPLIT_CHARACTERS else [text]
     with working(f"compiling {len(symbols)} CPU kernels with LLVM"):  # a bar on a terminal past a second
-        obj, from_disk = _cached_object(text)
-    compiled = load_object(obj, symbols, from_disk)
+        objects, from_disk = _cached_objects(parts)
+    compiled = load_object(objects, symbols, from_disk)
     with _lock:
         _compiled.setdefault(key, compiled)
         return _compiled[key]
 
 
-def load_object(obj: bytes, symbols, from_disk: bool = True) -> CompiledModule:
-    """Load an object file of this host's kernels with MCJIT (no LLVM
-    optimisation or code generation); `symbols` are the functions to look up."""
+def load_object(objects: list[bytes], symbols, from_disk: bool = True) -> CompiledModule:
+    """Link object files of this host's kernels into one MCJIT engine (no
+    LLVM optimisation or code generation); `symbols` are the functions to look up."""
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    for obj in objects:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
     addresses = {name: engine.get_function_address(name) for name in symbols}
     missing = [name for name, address in addresses.items() if not address]
     if missing:
         raise RuntimeError(f"compiled module lacks functions {missing}")
-    return CompiledModule(engine, addresses, from_disk, obj)
+    return CompiledModule(engine, addresses, from_disk, tuple(objects))
