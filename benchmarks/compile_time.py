@@ -1,6 +1,7 @@
 """Compile time of whole models for the CPU, cold and warm (issue 11.5).
 
     python benchmarks/compile_time.py [--repeats 3] [--layers 6,12] [--json PATH] [--dynamic]
+                                      [--trees before=DIR,after=DIR]
 
 Each sample is a fresh Python process that imports fusecc (timed apart)
 and then times `fusecc.compile(model, target="cpu", shapes=..., options=
@@ -13,7 +14,9 @@ beforehand, so a cold compile includes importing it.
   `python app.py` sees (driver/program_cache.py: the compiled program is
   loaded, the model is neither imported nor compiled).
 Samples are interleaved (each round visits the models in a rotated order)
-and reported as medians with their range.
+and reported as medians with their range. `--trees` compares installs of
+fusecc (folders put first on PYTHONPATH, e.g. `pip install --target DIR .`
+of two commits), interleaved sample by sample.
 
 Models, at B=1, S=128 (`shapes` given, so every dim is static): the shipped
 paraphrase-MiniLM-L3-v2 (with embeddings), and MiniLM-shaped encoders of 6
@@ -64,8 +67,10 @@ def child(path: str, shaped: bool) -> dict:
     }
 
 
-def run_child(path: str, shaped: bool, cache_dir: str) -> dict:
+def run_child(path: str, shaped: bool, cache_dir: str, tree: str | None = None) -> dict:
     env = dict(os.environ, FUSECC_CACHE_DIR=cache_dir, FUSECC_PROGRESS="0")
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
     env.pop("FUSECC_VERIFY_EACH", None)
     done = subprocess.run([sys.executable, __file__, "--child", path, "1" if shaped else "0"], capture_output=True, text=True, env=env, check=True)
     return json.loads(done.stdout.splitlines()[-1])
@@ -96,30 +101,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dynamic", action="store_true", help="also MiniLM-L3 with its symbolic dims kept")
     parser.add_argument("--json", type=Path, default=RESULTS / "compile_time.json")
+    parser.add_argument("--trees", default="", help="LABEL=DIR,...: installs of fusecc to compare (DIR first on PYTHONPATH)")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1] == "1")))
         return 0
-    samples: dict[tuple[str, str], list[dict]] = {}
+    trees = [tuple(t.split("=", 1)) for t in args.trees.split(",") if t] or [("", None)]
+    samples: dict[tuple[str, str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="fusecc-compile-time-") as tmp:
         found = models([int(n) for n in args.layers.split(",") if n], Path(tmp), args.dynamic)
         for r in range(args.repeats):
             for name, path, shaped in found[r % len(found):] + found[: r % len(found)]:  # rotating order
-                cache_dir = str(Path(tmp) / f"cache-{r}-{name.replace(' ', '_').replace(',', '')}")
-                for state in ("cold", "warm"):
-                    sample = run_child(path, shaped, cache_dir)
-                    samples.setdefault((name, state), []).append(sample)
-                    print(f"round {r} {name} {state}: {sample['fusecc.compile']:.3f} s wall, {sample['cpu']:.3f} s CPU, from cache {sample['from cache']}", flush=True)
+                for label, tree in trees[r % len(trees):] + trees[: r % len(trees)]:
+                    cache_dir = str(Path(tmp) / f"cache-{r}-{label}-{name.replace(' ', '_').replace(',', '')}")
+                    for state in ("cold", "warm"):
+                        sample = run_child(path, shaped, cache_dir, tree)
+                        samples.setdefault((label, name, state), []).append(sample)
+                        print(f"round {r} {label} {name} {state}: {sample['fusecc.compile']:.3f} s wall, {sample['cpu']:.3f} s CPU, from cache {sample['from cache']}", flush=True)
     rows = []
-    print(f"\n| model | state | fusecc.compile, wall (s) | CPU (s) | from cache | onnx imported |")
-    print("|---|---|---|---|---|---|")
-    for (name, state), runs in samples.items():
-        row = {"model": name, "state": state, "samples": runs}
+    print(f"\n| tree | model | state | fusecc.compile, wall (s) | CPU (s) | from cache | onnx imported |")
+    print("|---|---|---|---|---|---|---|")
+    for (label, name, state), runs in sorted(samples.items(), key=lambda item: (item[0][1], item[0][2], item[0][0])):
+        row = {"tree": label, "model": name, "state": state, "samples": runs}
         row.update({figure: [run[figure] for run in runs] for figure in FIGURES})
         rows.append(row)
         hits = sum(run["from cache"] for run in runs)
         onnx = sum(run["onnx imported"] for run in runs)
-        print(f"| {name} | {state} | {summary(row['fusecc.compile'])} | {summary(row['cpu'])} | {hits}/{len(runs)} | {onnx}/{len(runs)} |")
+        print(f"| {label} | {name} | {state} | {summary(row['fusecc.compile'])} | {summary(row['cpu'])} | {hits}/{len(runs)} | {onnx}/{len(runs)} |")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"shape": SHAPE, "repeats": args.repeats, "load average": os.getloadavg(), "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.json}")
