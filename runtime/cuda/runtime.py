@@ -126,6 +126,7 @@ class GpuProgram:
     `SHAPES_KEPT` shapes stay ready, so a repeated shape costs a static call."""
 
     SHAPES_KEPT = 4
+    dynamic: Manifest | None = None  # the manifest with `?` sizes, when the program has them
 
     def __init__(self, runtime: CudaRuntime, manifest: Manifest, module, constants: Mapping[str, np.ndarray] | None = None):
         self.runtime = runtime
@@ -198,7 +199,7 @@ class GpuProgram:
     def capture_graph(self) -> None:
         """Record the launches once; `launch` then replays the graph (of the
         current shape, for a program with `?` dims)."""
-        if self.bound is None:
+        if self.dynamic is not None and self.bound is None:
             raise GpuLaunchError("a program with '?' dims is bound per shape: set its inputs first (set_inputs or a call)")
         stream = self.runtime.stream
         with self.runtime.device, stream:
