@@ -373,6 +373,16 @@ def _run_manager(manager: PassManager, op: Operation, context, instrumentations,
             _verify_after(entry, op)
 
 
+def verify_after_pipeline(manager: PassManager, module: Operation) -> None:
+    """Verify `module` once, after `manager` ran without verify_each: invalid
+    IR is then an internal error naming the pipeline, never an output."""
+    try:
+        verify(module)
+    except DiagnosticError as exc:
+        where = f"pipeline '{manager}'"
+        raise located_bug(where, exc, f"the IR was invalid after the {where} (verify after each pass, FUSECC_VERIFY_EACH=1, to name the pass); this is a compiler bug") from None
+
+
 def _children_named(op: Operation, name: str) -> list[Operation]:
     return [child for region in op.regions for block in region.blocks for child in block if child.name == name]
 

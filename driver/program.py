@@ -32,7 +32,8 @@ TARGETS = ("cpu", "cuda", "reference")
 def verify_each() -> bool:
     """Verify the IR after every pass: with $FUSECC_VERIFY_EACH=1 (the test
     suite sets it; `fusecc-opt` verifies each pass by default). Off, a
-    compile verifies the model once, when it is read."""
+    compile verifies the model when it is read and the lowered module once,
+    after the pipeline: invalid IR is an internal error either way."""
     return os.environ.get("FUSECC_VERIFY_EACH", "") not in ("", "0")
 
 
@@ -248,12 +249,16 @@ class Program:
         start = time.perf_counter()
         if self.target == "cpu":
             targets.get("cpu")  # says plainly when llvmlite is missing
-            from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
+            from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline, verify_after_pipeline
             from fusecc.driver.pipelines import pipeline_for_level
             from fusecc.runtime.cpu.executor import CompiledProgram, WorkerPool, compile_program
 
             module = self.module.clone()
-            run_pipeline(parse_pipeline(pipeline_for_level("loop", target=self._hardware)), module, PassContext(diagnostics=self._engine, target=self._hardware), verify_each=verify_each())
+            pipeline = parse_pipeline(pipeline_for_level("loop", target=self._hardware))
+            checked_each = verify_each()
+            run_pipeline(pipeline, module, PassContext(diagnostics=self._engine, target=self._hardware), verify_each=checked_each)
+            if not checked_each:
+                verify_after_pipeline(pipeline, module)
             lowered = time.perf_counter()
             self.stats.phases["lower"] = lowered - start
             if self._threads is None:

@@ -212,3 +212,14 @@ def test_opt_verifies_remarks_and_errors_from_passes(capsys, tmp_path):
     text = text.replace("func.func @second", "// expected-remark @+2 {{looked at @second}}\n// expected-error @+1 {{not allowed}}\nfunc.func @second")
     code, out, err = run_opt(["-p", "test-complain", "--verify-diagnostics"], capsys, tmp_path, text)
     assert code == 0, err
+
+
+def test_a_pipeline_run_without_verify_each_is_checked_once_at_the_end():
+    # What fusecc.compile does by default: a broken IR still stops as an internal error, naming the pipeline.
+    module = parse_module(PROGRAM, "p.ir")
+    manager = PM.parse_pipeline("test-record,test-break-return")
+    PM.run_pipeline(manager, module, verify_each=False)
+    with pytest.raises(InternalCompilerError) as info:
+        PM.verify_after_pipeline(manager, module)
+    assert info.value.where.startswith("pipeline '") and "test-break-return" in info.value.where
+    assert "FUSECC_VERIFY_EACH=1" in info.value.diagnostic.notes[0].message
