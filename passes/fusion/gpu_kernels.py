@@ -13,9 +13,11 @@ From the tiles the tiler chooses (`tiling/geometry.py`,
     stores its share of the BM×BK and BK×BN tiles; split-K blocks take
     their range of K, and a second launch adds the ranges (`split_k_bytes`);
   - attention, per block and BT-key step: each warp's loads are
-    `contractions.attention_shared_requests` (R rows per thread share each
-    key and value), and it stores its probabilities and its share of the K
-    and V tiles; causal attention visits on average (S + BQ) / 2 keys of T;
+    `contractions.attention_shared_requests` (float4 vectors, R ≥ 2 rows
+    per thread share each key and value vector: one wavefront each, the
+    tiles padded so), and it stores its probabilities and its share of the
+    K and V tiles (cp.async on sm_80+, double-buffered: two tiles in flight
+    per thread); causal attention visits on average (S + BQ) / 2 keys of T;
     split-KV blocks visit their range of keys, and a second launch
     combines them (the partial results' traffic is `split_kv_bytes`);
   - elementwise and row kernels: none worth counting (a row kernel's
@@ -41,6 +43,7 @@ from fusecc.passes.tiling.contractions import (
     GpuMatmulTiles,
     MatmulShape,
     attention_shared_requests,
+    attention_stages,
     choose_gpu_matmul_tiles,
     key_tiles_per_split,
     shared_requests_per_k,
@@ -91,7 +94,8 @@ def gpu_launch_and_shared(
         loads, _ = attention_shared_requests(attention, problem)
         stores = attention.rows_per_thread * ceil_div(bt, attention.threads_per_row) + ceil_div(bt * (problem.d + problem.dv), threads)
         requests = 0.0 if on_tensor_cores else blocks * warps * (math.ceil(keys / bt) * (loads + stores) + ceil_div(bq * problem.d, threads))
-        in_flight = bt * (problem.d + problem.dv) * WORD / threads
+        # double-buffered (cp.async, sm_80+): the next key tile is issued before this one is used
+        in_flight = attention_stages(attention, problem, hardware) * bt * (problem.d + problem.dv) * WORD / threads
         launches = 1 if attention.splits == 1 else 2
         return GpuLaunch(blocks, threads, registers, shared_bytes, in_flight, launches), requests
     if row_shape is not None and kind == "reduction":

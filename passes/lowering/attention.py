@@ -12,26 +12,9 @@ rescaled by `exp(m_old - m_new)` and updated, so memory grows as O(S·D),
 never O(S·T) (the tiles below are BQ×D, BT×D, BT×Dv and BQ×BT).
 
 GPU (f32, or heads past the tensor-core template's; f16/bf16 go to
-attention_mma.py), one block per (q tile of BQ rows, batch·head); row
-groups of TPR = 8 lanes, each thread R = BQ·TPR/threads rows (g, g+G, ...)
-so that every key and value it loads from shared memory serves R rows:
-
-    loop.parallel [S/BQ, batch] (block.x, block.y)
-      q_tile [BQ, D+1], k_tile [BT, D+1], v_tile [BT, Dv], p_tile [BQ, BT+pad]: shared
-      loop.parallel [BQ/R * TPR] (thread.x)   -- row group g = t / TPR, lane = t % TPR
-        q_tile <- Q[q0 : q0+BQ]
-        (m[R], l[R], o[R][Dv/TPR]) = loop.for k0 in 0..kv_end step BT   -- causal: kv_end = min(T, q0+BQ)
-          k_tile, v_tile <- K, V[k0 : k0+BT]; barrier
-          s_iu = q_tile[row_i]·k_tile[lane + u·TPR] * scale + mask   (R × BT/TPR scores)
-          causal / past-the-end keys -> -inf
-          per row: m_new = max(m, max over the group's lanes (shuffle_xor)); alpha = exp(m - m_new)
-                   p = exp(s - m_new); l = l·alpha + Σ p (shuffle_xor); p_tile[row_i] <- p
-          barrier; o_iw = o_iw·alpha_i + Σ_j p_tile[row_i, j] · v_tile[j, lane + w·TPR]; barrier
-        epilogue(o / l) -> store (a row group's 8 lanes: 8 consecutive words)
-
-Split-KV (`tile.split` = Z > 1, where the query tiles leave SMs idle): the
-same kernel on grid [S/BQ, batch, Z] visits key range z and writes m, l, o
-to scratch; a second kernel combines the ranges (attention_split.py).
+attention_mma.py): `attention_gpu.py`, one block per (q tile of BQ rows,
+batch·head), R rows and float4 loads per thread, K/V double-buffered by
+cp.async on sm_80+.
 
 CPU, one worker iteration per (batch·head, q tile of BQ rows), vector loops
 over keys and over the head dimension:
@@ -49,35 +32,25 @@ over keys and over the head dimension:
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
 from fusecc.compiler.types import MemRefType, f32
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
-from fusecc.dialects.loop import GPU_BLOCK
 
 from fusecc.passes.lowering.dynamic_loops import is_dynamic
+from fusecc.passes.lowering.attention_gpu import lower_attention_gpu
 from fusecc.passes.lowering.attention_mma import attention_mma_kind, lower_attention_mma
 from fusecc.passes.lowering.attention_scores import Scores, causal_order, kv_end
-from fusecc.passes.lowering.attention_split import lower_attention_split_kv, write_partials
+from fusecc.passes.lowering.attention_split import lower_attention_split_kv
 from fusecc.passes.lowering.epilogue import Epilogue
-from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name, template
+from fusecc.passes.lowering.interface import Launch, LoweredGroup, template
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
-from fusecc.passes.lowering.matmul import MAX_GRID_YZ, check_resources, the_only, tile_attribute
+from fusecc.passes.lowering.matmul import the_only, tile_attribute
 from fusecc.passes.tiling.tile import hinted_copy
-from fusecc.passes.tiling.contractions import (
-    AttentionShape,
-    AttentionTiles,
-    KernelResources,
-    attention_row_pads,
-    choose_attention_tiles,
-    key_tiles_per_split,
-    gpu_attention_resources,
-)
-from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index
+from fusecc.passes.tiling.contractions import AttentionShape, AttentionTiles, choose_attention_tiles
+from fusecc.passes.lowering.scalar_emitter import IndexMath, broadcast_index
 
 
 class AttentionProblem(AttentionShape):
@@ -132,15 +105,6 @@ def dynamic_attention_tiles(group: GroupOp, hardware: Hardware) -> AttentionTile
         hinted.erase()
 
 
-def check_gpu_attention_tiles(tiles: AttentionTiles, problem: AttentionProblem, hardware: Hardware) -> KernelResources:
-    tpr, threads = tiles.threads_per_row, tiles.threads
-    if threads % tpr or tiles.block_q * tpr % threads or tiles.block_q * tpr < threads:
-        raise LoweringError(f"attention needs row groups of {tpr} lanes, each taking the same number of the {tiles.block_q} query rows; {threads} threads do not divide them")
-    if tiles.block_t % tpr:
-        raise LoweringError(f"the key tile {tiles.block_t} is not a multiple of the {tpr} threads per query row")
-    resources = gpu_attention_resources(tiles, problem)
-    check_resources(resources, hardware, "attention")
-    return resources
 
 
 # --------------------------------------------------------------------------- the template
@@ -158,129 +122,6 @@ def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
         return lower_attention_split_kv(group, problem, tiles, hardware, lower_attention_gpu)
     writer = lower_attention_gpu(group, problem, tiles, hardware) if hardware.is_gpu else lower_attention_cpu(group, problem, tiles, hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
-
-
-def lower_attention_gpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware, partials: Sequence[MemRefType] = ()) -> KernelWriter:
-    """The flash-attention kernel; with `partials` (split-KV: the scratch
-    types of `attention_split.partial_types`), block z of `tiles.splits`
-    visits one range of key tiles and writes its row max, row sum and
-    unnormalised output there instead of the output."""
-    check_gpu_attention_tiles(tiles, problem, hardware)
-    split = bool(partials)
-    w = KernelWriter(group, hardware, f"{kernel_name(group)}_partial", partials, with_outputs=False) if split else KernelWriter(group, hardware)
-    epilogue = None if split else Epilogue(group, problem.op.result, w.outputs, "attention")
-    im, s = w.im, w.s
-    bq, bt, threads, tpr, rows = tiles.block_q, tiles.block_t, tiles.threads, tiles.threads_per_row, tiles.rows_per_thread
-    row_groups = threads // tpr
-    S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
-    scores_per_row, outputs_per_row = bt // tpr, ceil_div(Dv, tpr)
-    q_pad, k_pad, p_pad = attention_row_pads(tiles)
-    grid = [ceil_div(S, bq)] + ([problem.batch_size] if type(problem.batch_size) is not int or problem.batch_size > 1 or split else []) + ([tiles.splits] if split else [])
-    if any(type(g) is int and g > MAX_GRID_YZ for g in grid[1:]):  # (a `?` batch: checked per call, kernels.json)
-        raise LoweringError(f"attention grid {grid} exceeds {MAX_GRID_YZ} blocks in y or z")
-    keys_per_split = key_tiles_per_split(problem, tiles) * bt
-
-    def block(q_block: Value, batch: Value | None = None, part: Value | None = None) -> None:
-        # Padded rows: the rows a warp touches at once fall into different banks.
-        q_tile = w.alloc(MemRefType([bq, D + q_pad], f32, "shared"), "q_tile")
-        k_tile = w.alloc(MemRefType([bt, D + k_pad], f32, "shared"), "k_tile")
-        v_tile = w.alloc(MemRefType([bt, Dv], f32, "shared"), "v_tile")
-        p_tile = w.alloc(MemRefType([bq, bt + p_pad], f32, "shared"), "p_tile")
-        q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(bq))
-        bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
-        begin, end = 0, kv_end(w, problem, im.add(q0, im.const(bq)))
-        if split:  # this block's range of key tiles (empty past a causal diagonal)
-            begin = im.mul(part, im.const(keys_per_split))
-            end = w.min_index(end, im.add(begin, im.const(keys_per_split)))
-
-        def thread(t: Value) -> None:
-            # Row group g takes rows g, g + G, g + 2G, ...: the 32/TPR groups of
-            # a warp hold consecutive rows, so their p rows and outputs are apart.
-            lane, row_group = w.named(im.rem(t, tpr), "lane"), w.named(im.div(t, tpr), "row_group")
-            my_rows = [w.named(im.add(row_group, im.const(i * row_groups)), "row") for i in range(rows)]
-            qs = [im.add(q0, r) for r in my_rows]
-            q_ok = [w.below(q, S, S % bq != 0) for q in qs]
-            scores = Scores(w, problem, bidx)
-            # Stage the block's queries once.
-            for (r, d), inside in w.cooperative(t, threads, [bq, D]):
-                qr = im.add(q0, r)
-                guard = w.all_of(inside, w.below(qr, S, S % bq != 0))
-                w.store(w.value_at(problem.op.query, problem.q_index(bidx, qr, d, im), guard), q_tile, [r, d], inside)
-            key_cols = [im.add(lane, im.const(u * tpr)) for u in range(scores_per_row)]
-            dv_cols = [im.add(lane, im.const(u * tpr)) for u in range(outputs_per_row)]
-            dv_ok = [w.below(c, Dv, (u + 1) * tpr > Dv) for u, c in enumerate(dv_cols)]
-
-            def stage_kv(k0: Value) -> None:
-                for tile, operand, width, index_of in ((k_tile, problem.op.key, D, problem.k_index), (v_tile, problem.op.value, Dv, problem.v_index)):
-                    for (j, c), inside in w.cooperative(t, threads, [bt, width]):
-                        key = im.add(k0, j)
-                        guard = w.all_of(inside, w.below(key, Tk, Tk % bt != 0))
-                        w.store(w.value_at(operand, index_of(bidx, key, c, im), guard), tile, [j, c], inside)
-
-            def row_reduce(x: Value, combine) -> Value:
-                # Across the TPR consecutive lanes of one row group.
-                offset = tpr // 2
-                while offset:
-                    x = combine(x, w.shuffle_xor(x, offset))
-                    offset //= 2
-                return x
-
-            def kv_step(k0: Value, *carried: Value) -> list[Value]:
-                m, l, o = carried[:rows], carried[rows : 2 * rows], carried[2 * rows :]
-                stage_kv(k0)
-
-                def dot_step(d: Value, *sums: Value) -> list[Value]:
-                    # R query values and BT/TPR keys: R·BT/TPR FMAs.
-                    qd = [w.load(q_tile, [r, d]) for r in my_rows]
-                    kd = [w.load(k_tile, [c, d]) for c in key_cols]
-                    return [s.add(sums[i * scores_per_row + u], s.mul(qd[i], kd[u])) for i in range(rows) for u in range(scores_per_row)]
-
-                dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * (rows * scores_per_row), "d"), "dot")
-                keys = [im.add(k0, c) for c in key_cols]
-                keys_ok = [w.below(key, Tk, Tk % bt != 0) for key in keys]
-                next_m, next_l, rescaled = [], [], []
-                for i in range(rows):
-                    tile_scores = [scores.finish(dots[i * scores_per_row + u], qs[i], keys[u], q_ok[i], keys_ok[u]) for u in range(scores_per_row)]
-                    tile_max = tile_scores[0]
-                    for x in tile_scores[1:]:
-                        tile_max = s.max(tile_max, x)
-                    m_new = w.named(s.max(m[i], row_reduce(tile_max, s.max)), "m_new")
-                    base = scores.safe_max(m_new)
-                    alpha = w.named(s.exp(s.sub(m[i], base)), "alpha")
-                    p = [s.exp(s.sub(x, base)) for x in tile_scores]
-                    row_sum = p[0]
-                    for x in p[1:]:
-                        row_sum = s.add(row_sum, x)
-                    next_m.append(m_new)
-                    next_l.append(s.add(s.mul(l[i], alpha), row_reduce(row_sum, s.add)))
-                    for u in range(scores_per_row):
-                        w.store(p[u], p_tile, [my_rows[i], key_cols[u]])
-                    rescaled += [s.mul(x, alpha) for x in o[i * outputs_per_row : (i + 1) * outputs_per_row]]
-
-                def pv_step(j: Value, *acc: Value) -> list[Value]:
-                    # R probabilities and ⌈Dv/TPR⌉ values: R·⌈Dv/TPR⌉ FMAs.
-                    pj = [w.load(p_tile, [r, j]) for r in my_rows]
-                    vj = [w.load(v_tile, [j, dv_cols[u]], dv_ok[u]) for u in range(outputs_per_row)]
-                    return [s.add(acc[i * outputs_per_row + u], s.mul(pj[i], vj[u])) for i in range(rows) for u in range(outputs_per_row)]
-
-                o = w.named_loop(w.for_(0, bt, 1, pv_step, rescaled, "j"), "o")
-                return [*next_m, *next_l, *o]
-
-            init = [scores.minus_inf] * rows + [s.const(0.0)] * rows + [s.const(0.0)] * (rows * outputs_per_row)
-            final = w.named_loop(w.for_(begin, end, bt, kv_step, init, "k0"), *["m"] * rows, *["l"] * rows, *["o"] * (rows * outputs_per_row))
-            if split:
-                write_partials(w, w.extra, part, batch, qs, q_ok, lane, dv_cols, dv_ok, final, rows, outputs_per_row)
-                return
-            for i in range(rows):
-                inverse = s.div(s.const(1.0), final[rows + i])
-                for u in range(outputs_per_row):
-                    out = s.mul(final[2 * rows + i * outputs_per_row + u], inverse)
-                    epilogue.emit(w.emitter, problem.out_index(bidx, qs[i], dv_cols[u]), out, w.all_of(q_ok[i], dv_ok[u]))
-
-        w.parallel([threads], ["thread.x"], thread, ["t"])
-
-    w.outer(grid, GPU_BLOCK[: len(grid)], block, ["q_block", "batch", "part"][: len(grid)])
-    return w
 
 
 def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware) -> KernelWriter:

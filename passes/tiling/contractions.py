@@ -405,6 +405,7 @@ class AttentionTiles:
     block_t: int  # BT: keys per tile
     threads: int = 1  # GPU threads per block: BQ / R row groups × TPR lanes each
     splits: int = 1  # GPU split-KV: key ranges run by separate blocks, then combined
+    stages: int = 1  # GPU K/V tile buffers: 2 double-buffers the key loop (cp.async, sm_80+)
 
     @property
     def threads_per_row(self) -> int:
@@ -423,18 +424,47 @@ class AttentionTiles:
 ATTENTION_LANES_PER_ROW = 8
 
 # The GPU block tiles (BQ, threads), fullest first; TPR = 8 lanes per row
-# group, so R = BQ·8 / threads rows per thread: 4, 2, 4, 1, 2, 1.
-GPU_ATTENTION_TILES = ((64, 128), (32, 128), (32, 64), (16, 128), (16, 64), (8, 64))
+# group, so R = BQ·8 / threads rows per thread: 4, 2, 4, 2, 2, 1. At least
+# two, so that with float4 loads a thread makes at most one shared load per
+# four FMAs (`attention_shared_requests`), except the last, taken only
+# where all queries fit one tile (decoding: 2 rows a thread would leave a
+# one-warp block, a quarter of the SM's schedulers).
+GPU_ATTENTION_TILES = ((64, 128), (32, 128), (32, 64), (16, 64), (8, 32), (8, 64))
+
+
+def attention_vector_widths(tiles: AttentionTiles, problem: AttentionShape) -> tuple[int, int, int]:
+    """Elements per shared load of the GPU template's main loops: (q and k
+    rows along d, probabilities along the keys, values along Dv). Four where
+    the rows allow an aligned float4 (D a multiple of 4; a thread's
+    ⌈Dv/TPR⌉ output columns in whole groups of 4 or 2: the v tile's columns
+    are stored permuted so that they are consecutive, `attention_v_column`)."""
+    tpr = tiles.threads_per_row
+    d_width = 4 if problem.d % 4 == 0 else 1
+    p_width = 4 if tiles.block_t % 4 == 0 else 1
+    outputs = problem.dv // tpr
+    v_width = next((x for x in (4, 2) if problem.dv % (tpr * x) == 0 and outputs % x == 0), 1)
+    return d_width, p_width, v_width
+
+
+def attention_v_column(c: int, tpr: int, width: int) -> int:
+    """Where column `c` of V goes in the shared v tile: in chunks of TPR·width
+    columns, lane l's columns l, l + TPR, ... (the ones it accumulates)
+    become `width` consecutive words at l·width, one aligned vector load."""
+    chunk = tpr * width
+    return (c // chunk) * chunk + (c % tpr) * width + (c % chunk) // tpr
 
 
 def attention_shared_requests(tiles: AttentionTiles, problem: AttentionShape) -> tuple[float, float]:
     """(warp-level shared-memory loads, FMA instructions) per warp and key
-    tile of the GPU template: per d, R query values (broadcast to the row
-    group) and BT/TPR keys for R·BT/TPR score FMAs; per key, R
-    probabilities and ⌈Dv/TPR⌉ values for R·⌈Dv/TPR⌉ output FMAs."""
+    tile of the GPU template: per W_d values of d (float4: W_d = 4), R query
+    vectors (broadcast to the row group) and BT/TPR key vectors for
+    R·BT/TPR·W_d score FMAs; per W_p keys, R probability vectors, and per
+    key ⌈Dv/TPR⌉/W_v value vectors for R·⌈Dv/TPR⌉ output FMAs each
+    (`attention_vector_widths`)."""
     tpr, r = tiles.threads_per_row, tiles.rows_per_thread
+    d_width, p_width, v_width = attention_vector_widths(tiles, problem)
     scores, outputs = ceil_div(tiles.block_t, tpr), ceil_div(problem.dv, tpr)
-    loads = problem.d * (r + scores) + tiles.block_t * (r + outputs)
+    loads = ceil_div(problem.d, d_width) * (r + scores) + ceil_div(tiles.block_t, p_width) * r + tiles.block_t * ceil_div(outputs, v_width)
     fmas = problem.d * r * scores + tiles.block_t * r * outputs
     return loads, fmas
 
@@ -478,9 +508,10 @@ def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     that the queries fill and whose registers and shared memory fit
     (`gpu_attention_resources`), each with the keys split into 1, 2, 4, ...
     ranges of at least one tile (split-KV), the one `attention_seconds`
-    finds fastest, the fuller and less split on a tie: a short sequence over
+    finds fastest; on a tie the one that keeps more SMs busy (`sm_balance`),
+    then the fuller and less split: a short sequence over
     few heads takes small tiles that fill the SMs, a long one 64-row tiles
-    whose 4 rows per thread load 3 shared words per 8 FMAs, and few query
+    whose 4 rows per thread load 3 float4s per 32 FMAs, and few query
     tiles over many keys (decoding) split the keys. `block`, `threads` and
     `splits` force those choices. When nothing fits, the smallest tile is
     returned: the cost model refuses the fusion and the template the tile."""
@@ -488,21 +519,48 @@ def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     if block is not None:
         bq, bt = block
         default = next((t for q, t in GPU_ATTENTION_TILES if q == bq), max(hardware.warp_size, bq * min(ATTENTION_LANES_PER_ROW, bt)))
-        return AttentionTiles(bq, bt, threads or default, splits or 1)
+        tiles = AttentionTiles(bq, bt, threads or default, splits or 1)
+        return replace(tiles, stages=attention_stages(tiles, problem, hardware))
     fitting = []
     for bq, t in GPU_ATTENTION_TILES:
-        if bq > max(8, next_pow2(problem.s)):
+        if bq > max(8, next_pow2(problem.s)) or bq * ATTENTION_LANES_PER_ROW < 2 * t and problem.s > bq:
             continue
         if resource_problem(gpu_attention_resources(AttentionTiles(bq, bt, t), problem), hardware, "attention") is not None:
             continue
         key_tiles = ceil_div(problem.t, bt)
-        fitting += [AttentionTiles(bq, bt, t, n) for n in SPLIT_KV_CHOICES if n == 1 or n <= key_tiles and splits is None]
+        for n in SPLIT_KV_CHOICES:
+            if n == 1 or n <= key_tiles and splits is None:
+                tiles = AttentionTiles(bq, bt, t, n)
+                fitting.append(replace(tiles, stages=attention_stages(tiles, problem, hardware)))
     if not fitting:
         bq, t = GPU_ATTENTION_TILES[-1]
         chosen = AttentionTiles(bq, bt, t)
     else:
-        chosen = min(fitting, key=lambda tiles: attention_seconds(problem, tiles, hardware))
-    return AttentionTiles(chosen.block_q, chosen.block_t, threads or chosen.threads, splits or chosen.splits)
+        chosen = min(fitting, key=lambda tiles: (attention_seconds(problem, tiles, hardware), -sm_balance(problem, tiles, hardware)))
+    return AttentionTiles(chosen.block_q, chosen.block_t, threads or chosen.threads, splits or chosen.splits, chosen.stages)
+
+
+def attention_stages(tiles: AttentionTiles, problem: AttentionShape, hardware: Hardware) -> int:
+    """K/V buffers of the GPU template: 2 (the next key tile copied by
+    cp.async while this one is used) on sm_80+ where both fit the block's
+    shared memory (not D = 256 on the H200) and the second buffer does not
+    cost the busiest SM resident warps it needs (`attention_seconds`:
+    decoding at D = 128 runs 2 blocks per SM with one buffer, 1 with two),
+    else 1. A function of the tiles, so the chooser and the template agree."""
+    if gpu_matmul_stages(hardware) > 1:
+        single, doubled = replace(tiles, stages=1), replace(tiles, stages=2)
+        if resource_problem(gpu_attention_resources(doubled, problem), hardware, "attention") is None:
+            if attention_seconds(problem, doubled, hardware) <= attention_seconds(problem, single, hardware):
+                return 2
+    return 1
+
+
+def sm_balance(problem: AttentionShape, tiles: AttentionTiles, hardware: Hardware) -> float:
+    """The share of the SMs' block slots over the waves that the grid fills:
+    on a tie of `attention_seconds` (the busiest SM's time), the grid that
+    keeps more SMs busy (more shared-memory bandwidth, the same time)."""
+    blocks = problem.batch_size * ceil_div(problem.s, tiles.block_q) * tiles.splits
+    return blocks / (max(1, ceil_div(blocks, hardware.sm_count)) * hardware.sm_count)
 
 
 def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None) -> AttentionTiles:
@@ -530,23 +588,30 @@ def choose_attention_tiles(problem: AttentionShape, hardware: Hardware, block=No
 def gpu_attention_resources(tiles: AttentionTiles, problem: AttentionShape) -> KernelResources:
     """Registers: per row of the thread's R, BT/TPR scores, ⌈Dv/TPR⌉ output
     accumulators, m, l and the base; plus the base. Shared memory: the q, k,
-    v and probability tiles in f32, rows padded (`attention_row_pads`)."""
+    v and probability tiles in f32, rows padded (`attention_row_pads`), the
+    k and v tiles once per stage."""
     tpr, r = tiles.threads_per_row, tiles.rows_per_thread
-    registers = r * (ceil_div(tiles.block_t, tpr) + ceil_div(problem.dv, tpr) + 3) + BASE_REGISTERS
+    d_width, p_width, _ = attention_vector_widths(tiles, problem)
+    # the accumulators, m, l and the base per row; the vectors of one d step in flight
+    registers = r * (ceil_div(tiles.block_t, tpr) + ceil_div(problem.dv, tpr) + 3 + d_width) + BASE_REGISTERS
     bq, bt = tiles.block_q, tiles.block_t
-    q_pad, k_pad, p_pad = attention_row_pads(tiles)
-    shared = (bq * (problem.d + q_pad) + bt * (problem.d + k_pad) + bt * problem.dv + bq * (bt + p_pad)) * f32.byte_size
+    q_pad, k_pad, p_pad = attention_row_pads(tiles, problem)
+    shared = (bq * (problem.d + q_pad) + tiles.stages * bt * (problem.d + k_pad + problem.dv) + bq * (bt + p_pad)) * f32.byte_size
     return KernelResources(tiles.threads, registers, shared)
 
 
-def attention_row_pads(tiles: AttentionTiles) -> tuple[int, int, int]:
+def attention_row_pads(tiles: AttentionTiles, problem: AttentionShape) -> tuple[int, int, int]:
     """Words of padding after each row of the q, k and probability tiles, so
-    that the rows a warp touches at once fall into different banks: q and k
-    rows are read down a column (one word apart: +1); a warp stores its
-    32/TPR consecutive rows × TPR probabilities, so a p row is padded to a
-    multiple of 32 plus TPR words."""
+    that the rows a warp touches at once fall into different banks: the TPR
+    lanes of a row group read TPR consecutive k rows at one d (float4: a row
+    of an odd number of 16-byte units, so the TPR vectors fall into distinct
+    bank quads; scalar: one word apart, +1); a warp stores its 32/TPR
+    consecutive rows × TPR probabilities, so a p row is padded to a multiple
+    of 32 plus TPR words."""
     tpr = tiles.threads_per_row
-    return 1, 1, (tpr - tiles.block_t) % 32
+    d_width = attention_vector_widths(tiles, problem)[0]
+    d_pad = 1 if d_width == 1 else (4 if problem.d // 4 % 2 == 0 else 0)
+    return d_pad, d_pad, (tpr - tiles.block_t) % 32
 
 
 def cpu_attention_resources(tiles: AttentionTiles, problem: AttentionShape) -> KernelResources:

@@ -16,6 +16,7 @@ vector lane and "shared memory" the tiles a worker keeps in cache.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 from fusecc.compiler.ir import Operation, Value
@@ -27,6 +28,7 @@ from fusecc.passes.tiling.contractions import (
     AttentionTiles,
     GpuMatmulTiles,
     MatmulShape,
+    attention_stages,
     choose_cpu_matmul_tiles,
     cpu_attention_resources,
     cpu_matmul_resources,
@@ -145,7 +147,8 @@ def body_resources(body: KernelBody, kind: str, hardware: Hardware, tiles: TileC
         if not hardware.is_gpu:
             used = cpu_attention_resources(AttentionTiles(*tiles.block), problem)
             return (live + 1) * hardware.warp_size + used.registers_per_thread, used.shared_bytes
-        used = gpu_attention_resources(AttentionTiles(*tiles.block, tiles.threads), problem)
+        single = AttentionTiles(*tiles.block, tiles.threads, max(1, tiles.split))
+        used = gpu_attention_resources(replace(single, stages=attention_stages(single, problem, hardware)), problem)
         return used.registers_per_thread + REGISTERS_PER_POINTER * max(0, pointers - 4), used.shared_bytes
     if not hardware.is_gpu:
         return (live + 1) * hardware.warp_size, 0

@@ -23,7 +23,7 @@
 namespace fusecc_cpu {
 namespace async_copy {
 
-constexpr int kMaxCopies = 256;  // in flight per thread
+constexpr int kMaxCopies = 2048;  // in flight per thread (a 1-warp attention block stages 2 x 64 keys x (D + Dv) / 32 words each)
 constexpr int kMaxGroups = 32;
 
 struct Copy {

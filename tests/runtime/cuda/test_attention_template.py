@@ -2,8 +2,9 @@
 group, padded shared tiles, split-KV) run sanitized on the CPU harness
 against the numpy reference: masks of every broadcast, causal, ragged
 sequence lengths (S and T not multiples of the tiles), head dimensions 8,
-64 and 128, every (BQ, threads) tile of the chooser forced in turn, and
-split-KV (decoding, causal ranges past the diagonal)."""
+64 and 128, every (BQ, threads) tile of the chooser forced in turn,
+split-KV (decoding, causal ranges past the diagonal), the single-stage
+path (cp.async or plain copies); and shared loads per FMA counted in the main loops."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from fusecc.compiler import parse_module, verify
+from fusecc.dialects import loop
+from fusecc.dialects.loop_vector import LoadVectorOp
 from fusecc.driver.cuda_target import compile_program
 from fusecc.passes.backends.hardware import H200
 from fusecc.passes.tiling.contractions import GPU_ATTENTION_TILES, AttentionShape, AttentionTiles, choose_gpu_attention_tiles
@@ -106,9 +109,10 @@ def test_a_long_sequence_takes_four_rows_per_thread():
 
 
 def test_decoding_splits_the_keys_and_combines_them(cuda_cache_dir):
-    """One query per head over 300 keys: 8 blocks without split-KV; the
-    chooser splits the keys, a second kernel combines the ranges."""
-    _, manifest, _, expected, outputs, findings = run(program((1, 8, 1, 64), (1, 8, 300, 64), (1, 8, 300, 64), (1, 1, 1, 300)), cuda_cache_dir)
+    """One query per head over 600 keys: 8 blocks without split-KV; the
+    chooser splits the keys, a second kernel combines the ranges. (Over 300
+    keys the float4 kernel takes less than the second launch costs.)"""
+    _, manifest, _, expected, outputs, findings = run(program((1, 8, 1, 64), (1, 8, 600, 64), (1, 8, 600, 64), (1, 1, 1, 600)), cuda_cache_dir)
     partial, combine = manifest.launches
     assert partial.kernel.endswith("_partial") and partial.grid[2] > 1
     assert combine.block[0] == 256
@@ -137,11 +141,85 @@ def test_split_kv_with_causal_ranges_past_the_diagonal(splits, cuda_cache_dir, m
 
 
 def test_the_chooser_splits_keys_only_where_the_sms_would_idle():
-    def tiles_for(q, k):
+    def shape_of(q, k):
         module = parse_module(program(q, k, k), "a.ir")
-        op = next(op for op in module.walk() if op.name == "tensor.attention")
-        return choose_gpu_attention_tiles(AttentionShape.of_op(op), H200)
+        return AttentionShape.of_op(next(op for op in module.walk() if op.name == "tensor.attention"))
 
-    decode = tiles_for((1, 8, 1, 128), (1, 8, 4096, 128))
-    assert 8 * decode.splits >= 132  # a full wave on 132 SMs
-    assert tiles_for((16, 1024, 64), (16, 1024, 64)).splits == 1  # 256 blocks already
+    decode = shape_of((1, 8, 1, 128), (1, 8, 4096, 128))
+    tiles = choose_gpu_attention_tiles(decode, H200)
+    assert 8 * tiles.splits >= 132  # a full wave on 132 SMs
+    # two K/V buffers of D = 128 would leave one 2-warp block per SM: one buffer, two blocks
+    assert tiles.stages == 1
+    assert choose_gpu_attention_tiles(shape_of((16, 1024, 64), (16, 1024, 64)), H200).splits == 1  # 256 blocks already
+
+
+def attention_kernel_loops(text: str, arch: str = "sm_90"):
+    """The loop-level module of `text` lowered for `arch`, and its q·k (`d`)
+    and p·V (`j`) loops in the attention kernels."""
+    from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
+    from fusecc.driver.cuda_target import ARCH_HARDWARE
+    from fusecc.driver.pipelines import pipeline_for_level
+
+    module = parse_module(text, "attention.ir")
+    target = ARCH_HARDWARE[arch]
+    run_pipeline(parse_pipeline(pipeline_for_level("cuda", target=target, arch=arch)), module, PassContext(target=target))
+    loops = {"d": [], "j": []}
+    for op in module.walk():
+        if op.name == "loop.for" and op.body.args[0].name_hint in loops and "attention" in op.parent_of_type(loop.KernelOp).sym_name:
+            loops[op.body.args[0].name_hint].append(op)
+    return module, loops
+
+
+SHAPES = {
+    "bert_base": ((1, 12, 128, 64), (1, 12, 128, 64), (1, 12, 128, 64)),
+    "long": ((16, 1024, 64), (16, 1024, 64), (16, 1024, 64)),
+    "d128_causal": ((2, 70, 128), (2, 70, 128), (2, 70, 128)),
+    "mqa_split_kv": ((1, 4, 16, 64), (1, 4, 4096, 64), (1, 4, 4096, 64)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_main_loops_make_at_most_one_shared_load_per_four_fmas(name, arch):
+    """Counted from the generated loop IR: in the q·k and p·V loops every
+    shared load is a float4 (register blocking: R ≥ 2 rows per thread share
+    each key and value vector), one per four multiply-adds or fewer; the K
+    and V tiles arrive by cp.async, double-buffered (on the H200 for all
+    these shapes). (Decoding, all
+    queries in one 8-row tile, takes one row per thread: GPU_ATTENTION_TILES.)"""
+    q, k, v = SHAPES[name]
+    module, loops = attention_kernel_loops(program(q, k, v, attrs="causal = true" if "causal" in name else ""), arch)
+    assert loops["d"] and loops["j"]
+    for inner in loops["d"] + loops["j"]:
+        loads = [o for o in inner.walk() if o.name in ("loop.load", "loop.load_vector") and o.buffer.type.memory_space == "shared"]
+        fmas = [o for o in inner.walk() if o.name == "arith.mul"]
+        assert loads and all(isinstance(o, LoadVectorOp) and o.width == 4 for o in loads)
+        assert len(loads) * 4 <= len(fmas), (inner.body.args[0].name_hint, len(loads), len(fmas))
+    ops = [o.name for o in module.walk()]
+    buffers = {o.result.type.shape[0] for o in module.walk() if o.name == "loop.alloc" and o.result.name_hint in ("k_tile", "v_tile")}
+    # cp.async on sm_80+: two K/V buffers, or one where the second would
+    # cost resident warps (the A100's 164 KiB: attention_stages)
+    assert "loop.copy_async" in ops and "loop.async_wait" in ops and buffers in ({1}, {2})
+    if arch == "sm_90":
+        assert buffers == {2}
+
+
+@pytest.mark.parametrize("async_copies", [False, True], ids=["before-sm_80", "sm_80"])
+def test_the_single_stage_path(async_copies, cuda_cache_dir, monkeypatch):
+    """One K/V buffer (where a second would cost resident warps, or before
+    sm_80): each step copies its own tile, by cp.async and a wait on sm_80+,
+    by plain loads and stores before; float4 reads either way."""
+    import fusecc.passes.lowering.attention_gpu as attention_gpu
+
+    monkeypatch.setattr(attention_gpu, "attention_stages", lambda tiles, problem, hardware: 1)
+    if not async_copies:
+        monkeypatch.setattr(attention_gpu, "gpu_matmul_stages", lambda hardware: 1)
+    text = program((2, 45, 64), (2, 45, 64), (2, 45, 64), (45, 45), "causal = true")
+    module, _ = attention_kernel_loops(text)
+    ops = [o.name for o in module.walk()]
+    assert ("loop.copy_async" in ops) == ("loop.async_wait" in ops) == async_copies and "loop.load_vector" in ops
+    assert {o.result.type.shape[0] for o in module.walk() if o.name == "loop.alloc" and o.result.name_hint in ("k_tile", "v_tile")} == {1}
+    _, _, _, expected, outputs, findings = run(text, cuda_cache_dir)
+    assert findings == [], "\n".join(map(str, findings))
+    (out,) = outputs.values()
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
