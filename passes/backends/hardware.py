@@ -8,7 +8,9 @@ hard-codes a hardware number.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from dataclasses import dataclass, replace
 
 
@@ -78,6 +80,12 @@ class Hardware:
     @property
     def is_gpu(self) -> bool:
         return self.kind == "gpu"
+
+    @property
+    def vector_registers(self) -> int:
+        """CPU: the vector registers a kernel's register tile may fill
+        (`registers_per_thread` counts their f32 lanes, `warp_size` lanes each)."""
+        return self.registers_per_thread // self.warp_size
 
     def with_tf32(self, allowed: bool = True) -> "Hardware":
         """This hardware with f32 matmuls on TF32 tensor cores allowed (a GPU
@@ -169,6 +177,78 @@ CPU = Hardware(
     ceiling_bandwidth=2 * 3 * 64 * 4e9,
 )
 
+# The same machine's cores without AVX-512 (an AVX2 + FMA host: Haswell to
+# Alder Lake, Zen 1-3): 16 ymm registers of 8 floats. The generated matmuls'
+# rate measured on one core of the CI machine compiled for AVX2
+# ($FUSECC_CPU_FEATURES=-avx512f, thread CPU time, 128×384×1536): plain
+# 97 GFLOP/s against 164 with AVX-512, with bias + GELU 84 against 122, so
+# 0.6 of the AVX-512 entry's rate; the FMA ceiling has half the lanes.
+CPU_AVX2 = replace(
+    CPU,
+    peak_flops=CPU.peak_flops * 0.6,
+    peak_tensor_flops=CPU.peak_tensor_flops * 0.6,
+    registers_per_thread=16 * 8,
+    registers_per_sm=16 * 8,
+    warp_size=8,
+    ceiling_flops=CPU.ceiling_flops / 2,
+    ceiling_bandwidth=2 * 3 * 32 * 4e9,
+)
+
+# LLVM feature changes applied over the host's, e.g. "-avx512f" to compile
+# (and run) as on an AVX2 host: what tests and benchmarks of the AVX2 path use.
+CPU_FEATURES_ENV = "FUSECC_CPU_FEATURES"
+
+
+@functools.lru_cache(maxsize=None)
+def _detected_cpu_features() -> str:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    return llvm.get_host_cpu_features().flatten()
+
+
+def host_cpu_features() -> str:
+    """LLVM's `+feature,-feature,...` string for this CPU, with the changes
+    of $FUSECC_CPU_FEATURES after it (LLVM lets a later entry win)."""
+    detected = _detected_cpu_features()
+    extra = os.environ.get(CPU_FEATURES_ENV, "").strip().strip(",")
+    return f"{detected},{extra}" if extra else detected
+
+
+@functools.lru_cache(maxsize=None)
+def isa_of(features: str) -> frozenset[str]:
+    """The extensions a feature string enables (the last `+x`/`-x` of each
+    name wins); without avx512f no AVX-512 (or AVX10) extension is usable (LLVM drops
+    the features that imply it)."""
+    enabled: dict[str, bool] = {}
+    for entry in filter(None, (f.strip() for f in features.split(","))):
+        enabled[entry[1:]] = entry[0] == "+"
+    isa = {name for name, on in enabled.items() if on}
+    if "avx512f" not in isa:
+        isa = {name for name in isa if not name.startswith(("avx512", "avx10"))}
+    return frozenset(isa)
+
+
+def cpu_for_isa(isa: frozenset[str]) -> Hardware:
+    """The CPU entry for a host with these extensions: `CPU` (32 zmm of 16
+    floats) with AVX-512, else `CPU_AVX2` (16 ymm of 8). The register tiles
+    and vector chunks of the CPU templates follow its `warp_size` (lanes)
+    and `vector_registers`."""
+    return CPU if "avx512f" in isa else CPU_AVX2
+
+
+def host_cpu() -> Hardware:
+    """This host, for `--target cpu`: vector width and register count from
+    the features LLVM detects (and compiles for: runtime/cpu/jit.py), so the
+    same install runs AVX-512 code where there is AVX-512 and AVX2 code
+    elsewhere. Without llvmlite (a CUDA-only install) the AVX-512 entry."""
+    try:
+        features = host_cpu_features()
+    except ImportError:
+        return CPU
+    return cpu_for_isa(isa_of(features))
+
+
 def resident_blocks(hardware: Hardware, threads: int, registers: int, shared_bytes: int) -> int:
     """Blocks of this shape one SM holds at once (0: it does not fit): the
     least of what its registers (allocated per warp, rounded up to the
@@ -198,6 +278,9 @@ HARDWARE = {h.name: h for h in (H200, A100, CPU)}
 
 
 def hardware(name: str) -> Hardware:
+    """The entry called `name`; "cpu" is this host's (`host_cpu`)."""
+    if name == CPU.name:
+        return host_cpu()
     try:
         return HARDWARE[name]
     except KeyError:

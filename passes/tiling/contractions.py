@@ -323,6 +323,32 @@ CPU_MICRO_ROWS = 8
 CPU_MICRO_VECTORS = 2
 
 
+def cpu_register_tile(hardware: Hardware, m: int | None = None) -> tuple[int, int]:
+    """(MR, NR) of `hardware`'s vector unit: NR = CPU_MICRO_VECTORS vectors,
+    MR rows as many as its registers hold besides the NR_VECTORS loaded
+    vectors of B and one broadcast of A, at most CPU_MICRO_ROWS: 8×32 with
+    AVX-512 (16 of 32 zmm accumulate), 6×16 with AVX2 (12 of 16 ymm, the
+    BLIS Haswell kernel; 8×16 needs 19 and spills in the K loop).
+
+    Where the registers cap MR below CPU_MICRO_ROWS (AVX2), `m` rows take
+    the most rows down to CPU_MIN_ACCUMULATORS accumulators that divide
+    them: a ragged last tile guards every row of every tile (`Span.guard`),
+    which LLVM turns into branches and A values kept on the stack (M = 128,
+    1 core, thread CPU time: 6×16 guarded ~62 GFLOP/s, 4×16 ~84; 6×16 at
+    M = 132, no guard, ~88)."""
+    nr = CPU_MICRO_VECTORS * hardware.warp_size
+    rows = max(1, min(CPU_MICRO_ROWS, (hardware.vector_registers - CPU_MICRO_VECTORS - 1) // CPU_MICRO_VECTORS))
+    if isinstance(m, int) and m > 0 and rows < CPU_MICRO_ROWS and m % rows:
+        least = max(1, ceil_div(CPU_MIN_ACCUMULATORS, CPU_MICRO_VECTORS))
+        rows = next((r for r in range(rows, least - 1, -1) if m % r == 0), rows)
+    return rows, nr
+
+
+# Independent accumulators that keep both FMA pipes busy through the FMA's
+# 4-cycle latency: 2 pipes × 4 cycles.
+CPU_MIN_ACCUMULATORS = 8
+
+
 # MC×NC, the output block of one worker iteration. B's K×NR panels are read
 # once per row block of MC rows, and in a model B comes from memory (the
 # weights of all layers do not stay in cache): 128 rows read a transformer
@@ -336,12 +362,13 @@ CPU_BLOCK = (128, 128)
 def choose_cpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None) -> CpuMatmulTiles:
     """MC×NC = CPU_BLOCK (an A block that stays in L2 while B streams through in
     K×NR panels) unless `block` says otherwise, cut to the problem in whole
-    register tiles; the register tile is CPU_MICRO_ROWS rows ×
-    CPU_MICRO_VECTORS vectors (8 × 32 floats on AVX-512). Whether A and B
+    register tiles; the register tile is `cpu_register_tile`'s (8 × 32
+    floats with AVX-512, 6 × 16 with AVX2), fewer rows when M is shorter. Whether A and B
     are packed into panels first is the lowering's choice
     (`matmul.with_packing`): it changes neither the tiles nor their cost here."""
     # an empty M (0 rows) still gets a 1-row tile
-    mr, nr = max(1, min(CPU_MICRO_ROWS, problem.m)), CPU_MICRO_VECTORS * hardware.warp_size
+    micro_rows, nr = cpu_register_tile(hardware, problem.m)
+    mr = max(1, min(micro_rows, problem.m))
     mc, nc = block if block is not None else CPU_BLOCK
     mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)

@@ -33,7 +33,7 @@ from fusecc.runtime import cache
 
 OPT_LEVEL = 3
 _lock = threading.Lock()
-_machine = None
+_machines: dict[str, object] = {}  # features -> target machine ($FUSECC_CPU_FEATURES may change them)
 _compiled: dict[str, "CompiledModule"] = {}
 
 
@@ -52,12 +52,12 @@ def new_target_machine():
 
 def host_target_machine():
     """The machine that optimises and emits objects (never given to an engine)."""
-    global _machine
-    if _machine is None:
+    features = host_cpu_features()
+    if features not in _machines:
         machine = new_target_machine()
         with _lock:
-            _machine = _machine or machine
-    return _machine
+            _machines.setdefault(features, machine)
+    return _machines[features]
 
 
 def host_description() -> str:
@@ -233,7 +233,7 @@ def _cached_objects(texts: list[str]) -> tuple[list[bytes], bool]:
 def compile_ir(text: str, symbols) -> CompiledModule:
     """Machine code for `text`; `symbols` are the functions to look up. A
     long module is compiled in parts on all cores (split_module)."""
-    key = cache.digest(text)
+    key = cache.digest(text, host_cpu_features())
     with _lock:
         found = _compiled.get(key)
     if found is not None:

@@ -25,7 +25,7 @@ from typing import Collection
 
 from fusecc.compiler.ir import Operation
 from fusecc.dialects import loop
-from fusecc.passes.backends.hardware import CPU, Hardware
+from fusecc.passes.backends.hardware import CPU, Hardware, cpu_for_isa
 from fusecc.passes.backends.legalize import legalize_kernel
 from fusecc.passes.backends.llvm.analysis import argument_facts, written_arguments
 from fusecc.passes.backends.llvm.kernel import KernelABI, KernelEmitter
@@ -40,15 +40,19 @@ class LLVMProgram:
     kernels: dict[str, KernelABI]
 
 
-def emit_llvm(module: Operation, hardware: Hardware = CPU, vectorize: str = "explicit", only: Collection[str] | None = None, isa: frozenset = frozenset()) -> LLVMProgram:
+def emit_llvm(module: Operation, hardware: Hardware | None = None, vectorize: str = "explicit", only: Collection[str] | None = None, isa: frozenset = frozenset()) -> LLVMProgram:
     """LLVM IR for every CPU kernel of a loop-level module (or the kernels
     named in `only`, as the whole module's build has them). `isa`:
     instruction set extensions of the host (LLVM feature names, e.g.
     "avx512f") that the math expansions may use directly; without them the
-    IR is portable. Kernels are legalized in place first (a no-op on the
+    IR is portable. `hardware`: whose vector width the vector loops take;
+    by default the CPU entry of `isa` (portable IR: the AVX-512 entry's
+    widths, which LLVM splits where registers are narrower). Kernels are legalized in place first (a no-op on the
     pipelines' output, which `legalize` already ran on)."""
     if vectorize not in VECTORIZE_MODES:
         raise ValueError(f"vectorize must be one of {VECTORIZE_MODES}, not {vectorize!r}")
+    if hardware is None:
+        hardware = cpu_for_isa(frozenset(isa)) if isa else CPU
     facts = argument_facts(module)
     mb = ModuleBuilder()
     kernels = {}

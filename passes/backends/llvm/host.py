@@ -7,10 +7,11 @@ CPU; both ask here, so the backend never reaches into the runtime.
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import llvmlite.binding as llvm
+
+from fusecc.passes.backends import hardware
 
 _lock = threading.Lock()
 _initialised = False
@@ -32,16 +33,17 @@ def host_cpu_name() -> str:
 
 
 def host_cpu_features() -> str:
-    """LLVM's `+feature,-feature,...` string for this CPU."""
+    """LLVM's `+feature,-feature,...` string for this CPU (with the changes
+    of $FUSECC_CPU_FEATURES: `hardware.host_cpu_features`, which also picks
+    the tiles for it)."""
     initialise_native()
-    return llvm.get_host_cpu_features().flatten()
+    return hardware.host_cpu_features()
 
 
-@functools.lru_cache(maxsize=None)
 def host_isa() -> frozenset[str]:
     """The instruction set extensions of this CPU that LLVM enables (its
     `+feature` names), for emit_llvm's host-specific math."""
-    return frozenset(f[1:] for f in host_cpu_features().split(",") if f.startswith("+"))
+    return hardware.isa_of(host_cpu_features())
 
 
 __all__ = ["host_cpu_features", "host_cpu_name", "host_isa", "initialise_native"]
