@@ -152,6 +152,10 @@ def from_sympy(expr) -> str:
         return str(int(expr))
     if expr.is_Symbol:
         return parse_shape_expr(expr.name).text
+    if expr.func.__name__ not in ("floor", "ceiling"):
+        numerator, denominator = expr.as_numer_denom()
+        if not denominator.is_Integer or int(denominator) != 1:  # 16*S/3 (a reshape's dim, checked whole at run time): exact
+            return f"{_atom(from_sympy(numerator))}//{_atom(from_sympy(denominator))}"
     args = [from_sympy(a) for a in expr.args] if expr.func.__name__ not in ("floor", "ceiling") else None
     name = expr.func.__name__
     if name == "Add":

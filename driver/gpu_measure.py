@@ -91,9 +91,9 @@ class _SimRunnable:
         self.module, self.manifest, self.names = cpu_module, manifest, names
 
     def run(self, inputs, entry=None, profile: list | None = None) -> list[np.ndarray]:
-        from fusecc.runtime.cuda.execute import Bound, constant_values, from_device_layout, gather_inputs, plan_memory, to_device_layout
+        from fusecc.runtime.cuda.execute import Bound, constant_values, for_call, from_device_layout, gather_inputs, plan_memory, to_device_layout
 
-        manifest = self.manifest
+        manifest = for_call(self.manifest, inputs)  # a manifest with `?` dims, at the dims of these inputs
         host = gather_inputs(manifest, inputs)
         bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8), constant_values(manifest))
         for spec in manifest.inputs:

@@ -15,8 +15,10 @@ pack kernel 11943 GFLOP/s on one core (issue 11.4). Here:
   executes none, gets none, and a group with one computing kernel credits
   it all of them.
 
-Shapes are static, so loop bounds are index arithmetic over constants and
-the induction variables of enclosing loops. The counter walks the kernel
+Loop bounds are index arithmetic over constants, the induction variables
+of enclosing loops and, for a kernel with `?` dims, the sizes of one
+launch's arguments (`kernel_work(kernel, arg_types)`, the memref types at
+the call's dims: `loop.dim` reads them). The counter walks the kernel
 with those values known: a loop whose body does the same work at its first
 and last iteration is counted as trip count x one body; otherwise (an edge
 tile cut short by `arith.min`) every iteration is walked, up to
@@ -69,8 +71,9 @@ def is_flop(op: Operation) -> bool:
 
 
 class _Counter:
-    def __init__(self):
+    def __init__(self, sizes: dict | None = None):
         self.exact = True
+        self.sizes = sizes or {}  # (kernel argument, axis) -> size at one launch
 
     def block(self, block: Block, env: dict) -> float:
         flops = 0.0
@@ -87,6 +90,17 @@ class _Counter:
             value = getattr(op.attr("value"), "value", None)
             if isinstance(value, (int, bool)) and not getattr(op.results[0].type, "is_float", False):
                 env[op.results[0]] = int(value)
+            return 0.0
+        if isinstance(op, loop.DimOp):
+            t, axis = op.operands[0].type, op.attr("axis")
+            size = self.sizes.get((op.operands[0], axis)) if axis in getattr(t, "dynamic_axes", ()) else t.shape[axis]
+            if size is not None:
+                env[op.results[0]] = int(size)
+            return 0.0
+        if name == "arith.select" and not getattr(op.results[0].type, "is_float", False):
+            condition, a, b = (self._value(v, env) for v in op.operands)
+            if condition is not None and (a if condition else b) is not None:
+                env[op.results[0]] = a if condition else b
             return 0.0
         if name in _INDEX_ARITH and not getattr(op.results[0].type, "is_float", False):
             a, b = (self._value(v, env) for v in op.operands)
@@ -134,7 +148,10 @@ class _Counter:
         return (first + last) / 2 * trip
 
     def parallel(self, op: loop.ParallelOp, env: dict) -> float:
-        upper = list(op.upper)
+        upper = [u if isinstance(u, int) else self._value(u, env) for u in op.extents]
+        if None in upper:
+            self.exact = False  # an extent known only at run time, and no sizes given: one iteration
+            upper = [1 if u is None else u for u in upper]
         trip = math.prod(upper)
         first, last = tuple(0 for _ in upper), tuple(u - 1 for u in upper)
         return self._iterations(op.regions[0].block, [first, ("grid", upper), last], trip, env)
@@ -170,9 +187,15 @@ def _unravel(i: int, upper: list[int]) -> list[int]:
     return out[::-1]
 
 
-def kernel_work(kernel: loop.KernelOp) -> Work:
-    """The floating-point operations one launch of `kernel` executes."""
-    counter = _Counter()
+def kernel_work(kernel: loop.KernelOp, arg_types=None) -> Work:
+    """The floating-point operations one launch of `kernel` executes; for a
+    kernel with `?` dims, `arg_types` are its arguments' types at that launch
+    (memrefs with every size known)."""
+    sizes = {}
+    for arg, t in zip(kernel.body.args, arg_types or ()):
+        for axis in getattr(arg.type, "dynamic_axes", ()):
+            sizes[(arg, axis)] = t.shape[axis]
+    counter = _Counter(sizes)
     flops = counter.block(kernel.body, {})
     return Work(flops, counter.exact)
 

@@ -57,6 +57,7 @@ from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import PHASES
 from fusecc.passes.memory.plan import kernels_by_name
 
+from fusecc.compiler.dims import active_hints, hinted_shape, shape_hints
 from fusecc.driver.inputs import random_input_with_shrunk_weights
 from fusecc.runtime.reference import evaluate
 
@@ -170,6 +171,7 @@ class Variant:
     compile_seconds: float
     run_seconds: list[float] = field(default_factory=list)
     results: list[np.ndarray] = field(default_factory=list)
+    dims: dict[str, int] = field(default_factory=dict)  # the schedule's `?` dims at the measured call
 
 
 def _root_argument(buffer, args: dict) -> int | None:
@@ -192,12 +194,43 @@ def accessed_arguments(kernel: loop.KernelOp) -> tuple[set[int], set[int]]:
     return read, written
 
 
-def schedule_steps(schedule: loop.ScheduleOp, skip=()) -> list[Step]:
-    """The launches and copies of a schedule, in order, with their bytes;
-    launches in `skip` (those the CPU runtime runs once at load) left out."""
+def is_dynamic_schedule(schedule: loop.ScheduleOp) -> bool:
+    """Sizes of this schedule are expressions of `?` dims (as the CPU runtime decides)."""
+    return schedule.is_dynamic or not isinstance(schedule.arena_size, int)
+
+
+def buffer_types(schedule: loop.ScheduleOp, dims: dict[str, int] | None = None) -> dict:
+    """Every memref value of the schedule -> its type at one call's `dims`
+    (named dim -> size): every size known, as runtime/cpu/dynamic.py places
+    the buffers. Without `dims`, the types as they are (`?` sizes stay
+    expressions: a static schedule's, or a caller that wants only names)."""
+    found: dict = {}
+    sizes = schedule.argument_sizes()
+    for i, arg in enumerate(schedule.body.args):
+        if isinstance(arg.type, MemRefType):
+            found[arg] = arg.type.with_sizes(loop.evaluate_size(e, dims) for e in sizes[i]) if arg.type.has_dynamic_shape and dims is not None else arg.type
+    for op in schedule.body:
+        for result in op.results:
+            if isinstance(result.type, MemRefType):
+                dynamic = dims is not None and result.type.has_dynamic_shape and isinstance(op, (loop.ViewOp, loop.ArenaViewOp))
+                found[result] = loop.concrete_type(op, dims) if dynamic else result.type
+    return found
+
+
+def buffer_bytes(schedule: loop.ScheduleOp, dims: dict[str, int] | None = None) -> dict:
+    """Every memref value of the schedule -> its bytes at one call's `dims` (`buffer_types`)."""
+    return {v: t.byte_size for v, t in buffer_types(schedule, dims).items()}
+
+
+def schedule_steps(schedule: loop.ScheduleOp, skip=(), dims: dict[str, int] | None = None) -> list[Step]:
+    """The launches and copies of a schedule, in order, with their bytes at
+    one call's `dims` (needed when the schedule has `?` dims); launches in
+    `skip` (those the CPU runtime runs once at load) left out."""
+    types = buffer_types(schedule, dims)
+    byte_size = {v: t.byte_size for v, t in types.items()}
     kernels = kernels_by_name(schedule)
     accesses: dict[str, tuple[set[int], set[int]]] = {}
-    work: dict[str, float] = {}
+    work: dict[tuple, float] = {}
     steps = []
     for op in schedule.body:
         if isinstance(op, loop.LaunchOp) and op in skip:
@@ -206,51 +239,100 @@ def schedule_steps(schedule: loop.ScheduleOp, skip=()) -> list[Step]:
             kernel = kernels[op.kernel_name]
             if op.kernel_name not in accesses:
                 accesses[op.kernel_name] = accessed_arguments(kernel)
-                work[op.kernel_name] = kernel_work(kernel).flops
+            arg_types = tuple(types.get(v, v.type) for v in op.operands)
+            key = (op.kernel_name, arg_types if dims else ())
+            if key not in work:
+                work[key] = kernel_work(kernel, arg_types if dims else None).flops
             read, written = accesses[op.kernel_name]
-            size = [v.type.byte_size if isinstance(v.type, MemRefType) else 0 for v in op.operands]
-            steps.append(Step(op.kernel_name, kernel.attr("kind") or "?", kernel.attr("group"), sum(size[i] for i in read), sum(size[i] for i in written), work[op.kernel_name]))
+            size = [byte_size.get(v, 0) for v in op.operands]
+            steps.append(Step(op.kernel_name, kernel.attr("kind") or "?", kernel.attr("group"), sum(size[i] for i in read), sum(size[i] for i in written), work[key]))
         elif isinstance(op, loop.CopyOp):
-            size = op.source.type.byte_size
+            size = byte_size[op.source]
             steps.append(Step("copy", "copy", None, size, size))
     return steps
 
 
-def compile_variant(program: Operation, entry: str, measurer: Measurer, fused: bool, engine: DiagnosticEngine) -> Variant:
+def compile_variant(program: Operation, entry: str, measurer: Measurer, fused: bool, engine: DiagnosticEngine, shapes: Sequence[tuple] | None = None) -> Variant:
     """A copy of the tensor program through the target's loop pipeline, fused
-    or with one kernel per op, with the fusion report of the groups it compiled."""
+    or with one kernel per op, with the fusion report of the groups it compiled.
+    `shapes`: the input shapes of the call to be measured. Its `?` dims are
+    the sizes the cost model assumes (so the modelled figures describe that
+    call) and the sizes the steps' bytes are counted at; without them, the
+    active --shape-hint sizes (`hinted_inputs`)."""
     start = time.perf_counter()
     module = program.clone()
     target = measurer.target
-    model = reporting.report_data(module, target, engine, enabled=PHASES if fused else ())
-    _, after_fuse = reporting.split_at_fuse("loop", target)
-    run_pipeline(after_fuse, module, PassContext(diagnostics=engine, target=target))
+    shapes = [tuple(s) for s in shapes] if shapes is not None else [tuple(np.shape(a)) for a in _hinted_types(program.lookup(entry))]
+    with shape_hints({**active_hints(), **input_dims(program.lookup(entry), shapes)}):
+        model = reporting.report_data(module, target, engine, enabled=PHASES if fused else ())
+        _, after_fuse = reporting.split_at_fuse("loop", target)
+        run_pipeline(after_fuse, module, PassContext(diagnostics=engine, target=target))
     schedule = module.lookup(entry)
     program = measurer.compile(module)
+    dims = None
+    if is_dynamic_schedule(schedule):
+        try:
+            dims = schedule.bind_dims(shapes)
+        except loop.ShapeMismatch as exc:
+            raise MeasurementUnavailable(f"@{entry}: {exc}") from None
     at_load = ()
     if target == "cpu":  # packing constant weights runs once at load, not per call (runtime/cpu/load_time.py)
         from fusecc.runtime.cpu.load_time import load_time_launches
 
-        at_load = load_time_launches(schedule)
+        # a `?`-shaped schedule packs at load only what does not depend on the dims (runtime/cpu/dynamic.py)
+        at_load = program.prepare(entry).launches_at_load if dims is not None else load_time_launches(schedule)
+    byte_size = buffer_bytes(schedule, dims)
+    arena = loop.evaluate_size(schedule.arena_size, dims)
+    naive = schedule.attr("plan.naive_bytes")
+    if dims is not None:  # the symbolic plan records no naive size: every arena view its own bytes
+        naive = sum(byte_size[op.result] for op in schedule.body if isinstance(op, loop.ArenaViewOp))
     return Variant(
         "fused" if fused else "unfused",
         model,
         module,
         program,
-        schedule_steps(schedule, at_load),
-        schedule.arena_size,
-        schedule.attr("plan.naive_bytes") or schedule.arena_size,
+        schedule_steps(schedule, at_load, dims),
+        arena,
+        naive or arena,
         schedule.attr("plan.in_place") or 0,
         time.perf_counter() - start,
+        dims=dims or {},
     )
 
 
 # --------------------------------------------------------------------------- running
 
 
+def _hinted_types(func: Operation) -> list:
+    return [t if getattr(t, "is_static", True) else t.with_shape(hinted_shape(t.shape)) for t in func.function_type.inputs]
+
+
 def model_inputs(func: Operation, seed: int) -> list[np.ndarray]:
+    """Seeded inputs; `?` dims at the active --shape-hint sizes (DEFAULT_HINT
+    for a dim without one; `describe_call_dims` says which)."""
     rng = np.random.default_rng(seed)
-    return [random_input_with_shrunk_weights(t, rng) for t in func.function_type.inputs]
+    return [random_input_with_shrunk_weights(t, rng) for t in _hinted_types(func)]
+
+
+def input_dims(func: Operation, shapes: Sequence[tuple]) -> dict[str, int]:
+    """The named `?` dims a call's input shapes give (dim name -> size)."""
+    dims: dict[str, int] = {}
+    for t, shape in zip(func.function_type.inputs, shapes):
+        for d, n in zip(getattr(t, "shape", ()), shape):
+            if type(d) is not int and d.is_Symbol:
+                dims.setdefault(str(d), int(n))
+    return dims
+
+
+def describe_call_dims(dims: dict[str, int], from_inputs: bool) -> str:
+    """`B=8, S=128 (from --inputs)` or `B=8 (--shape-hint), S=64 (default hint)`;
+    '' for a program without `?` dims."""
+    if not dims:
+        return ""
+    if from_inputs:
+        return ", ".join(f"{n}={v}" for n, v in sorted(dims.items())) + " (from --inputs)"
+    hints = active_hints()
+    return ", ".join(f"{n}={v} ({'--shape-hint' if n in hints else 'default hint'})" for n, v in sorted(dims.items()))
 
 
 def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
@@ -305,8 +387,10 @@ def measure(program: Operation, entry: str, target: str = "cpu", repeat: int = 1
     (see the module doc); `program` itself is left as it is."""
     engine = engine or DiagnosticEngine()
     measurer = measurer_for(target, threads)
-    variants = [compile_variant(program, entry, measurer, fused, engine) for fused in (False, True)]
-    inputs = model_inputs(program.lookup(entry), seed)
+    func = program.lookup(entry)
+    inputs = model_inputs(func, seed)
+    shapes = [np.shape(a) for a in inputs]
+    variants = [compile_variant(program, entry, measurer, fused, engine, shapes) for fused in (False, True)]
     with np.errstate(all="ignore"):
         want = evaluate(program, entry, inputs)
     for variant in variants:
@@ -320,6 +404,9 @@ def measure(program: Operation, entry: str, target: str = "cpu", repeat: int = 1
         "entry": entry,
         "repeat": repeat,
         "seed": seed,
+        # the `?` dims of the measured call (and of the modelled figures): the --shape-hint sizes
+        "dims": input_dims(func, shapes),
+        "dims_described": describe_call_dims(input_dims(func, shapes), False),
         "tolerance": PROGRAM_RTOL,
         "model": {"before": fused.model["before"], "after": fused.model["after"]},
         "measured": {v.label: variant_data(v, compare(v.results, want)) for v in variants},
@@ -395,7 +482,8 @@ def format_measured_report(data: dict, all_kernels: bool = False) -> str:
     B, T = cm.format_bytes, cm.format_time
     lines = [
         f"fusion report for {data['target']} ({data['arch']}): the cost model, and the compiled program measured on {data['machine']}",
-        f"median of {data['repeat']} interleaved runs of @{data['entry']} on seeded inputs (seed {data['seed']})",
+        f"median of {data['repeat']} interleaved runs of @{data['entry']} on seeded inputs (seed {data['seed']})"
+        + (f", dynamic dims at {data['dims_described']}" if data.get("dims_described") else ""),
         "",
         f"  {'':<22}{'cost model':>22}{'measured':>22}",
         _row("", ["unfused", "fused", "unfused", "fused"], "change (measured)"),
@@ -442,4 +530,4 @@ def _kernel_table(title: str, variant: dict) -> list[str]:
     return lines
 
 
-__all__ = ["MEASURERS", "PROGRAM_RTOL", "MeasurementUnavailable", "accessed_arguments", "compile_variant", "format_measured_report", "measure", "measurer_for", "register_measurer", "schedule_steps"]
+__all__ = ["MEASURERS", "PROGRAM_RTOL", "MeasurementUnavailable", "accessed_arguments", "buffer_bytes", "compile_variant", "describe_call_dims", "input_dims", "is_dynamic_schedule", "model_inputs", "format_measured_report", "measure", "measurer_for", "register_measurer", "schedule_steps"]

@@ -39,7 +39,6 @@ import numpy as np
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.progress import progress
 from fusecc.compiler.ir import Operation
-from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
 from fusecc.driver import measure
 from fusecc.driver.kernel_work import credited_flops
@@ -59,6 +58,7 @@ class ProfileRun:
     rounds: int
     max_error: float
     entry: str
+    dims: str = ""  # the `?` dims of the profiled call, said (measure.describe_call_dims)
 
 
 def time_steps(variant: measure.Variant, inputs, entry: str, warmup: int, repeat: int, min_kernel_seconds: float = MIN_KERNEL_SECONDS) -> int:
@@ -81,14 +81,18 @@ def run_profile(module: Operation, entry: str, measurer, inputs: Sequence[np.nda
     """Compile `module` (left as it is) fused for the measurer's target,
     check it against the reference and time it."""
     engine = engine or DiagnosticEngine()
-    variant = measure.compile_variant(module, entry, measurer, True, engine)
+    from_inputs = inputs is not None
     if inputs is None:
         inputs = measure.model_inputs(module.lookup(entry), seed)
+    shapes = [np.shape(a) for a in inputs]
+    # a program with `?` dims is compiled, modelled and counted at the sizes of this call
+    variant = measure.compile_variant(module, entry, measurer, True, engine, shapes)
+    dims = measure.describe_call_dims(measure.input_dims(module.lookup(entry), shapes), from_inputs)
     with np.errstate(all="ignore"):
         want = evaluate(module, entry, inputs)
     error = measure.compare(variant.program.run(inputs, entry), want)
     rounds = time_steps(variant, inputs, entry, warmup, repeat)
-    return ProfileRun(variant, hardware(measurer.target), measurer.describe(), rounds, error, entry)
+    return ProfileRun(variant, hardware(measurer.target), measurer.describe(), rounds, error, entry, dims)
 
 
 # --------------------------------------------------------------------------- figures
@@ -158,15 +162,12 @@ def _root(value):
     return value
 
 
-def _byte_size(value) -> int:
-    return value.type.byte_size if isinstance(value.type, MemRefType) else 0
-
-
 def unfused_patterns(run: ProfileRun, rows: list[dict]) -> list[dict]:
     """Adjacent memory-bound launches of different groups joined by a buffer,
     ranked by the time fusing them would save (see the module doc)."""
     schedule = run.variant.module.lookup(run.entry)
     buffers = _launch_buffers(schedule)
+    byte_size = measure.buffer_bytes(schedule, run.variant.dims or None)  # at the profiled call's dims
     declined = run.variant.model.get("declined", [])
     groups = {g["id"]: g for g in run.variant.model["groups"]}
     patterns = []
@@ -177,7 +178,7 @@ def unfused_patterns(run: ProfileRun, rows: list[dict]) -> list[dict]:
         shared = written & read
         if not shared:
             continue
-        saved = sum(_byte_size(v) * (1 if v in returned else 2) for v in shared)
+        saved = sum(byte_size.get(v, 0) * (1 if v in returned else 2) for v in shared)
         pair_bytes, pair_seconds = a["bytes"] + b["bytes"], a["seconds"] + b["seconds"]
         saved_seconds = pair_seconds * saved / pair_bytes if pair_bytes else 0.0
         refusals = [d for d in declined if d["producer_group"] == a["group"] and d["consumer_group"] == b["group"]]
@@ -240,6 +241,8 @@ def profile_data(run: ProfileRun) -> dict:
         "target": run.variant.model["target"],
         "machine": run.machine,
         "entry": entry,
+        "dims": run.variant.dims,
+        "dims_described": run.dims,
         "rounds": run.rounds,
         "hardware": {"name": hw.name, "memory_bandwidth": hw.memory_bandwidth, "peak_flops": hw.peak_flops, "bandwidth_ceiling": hw.bandwidth_ceiling, "flops_ceiling": hw.flops_ceiling},
         "time_seconds": statistics.median(run.variant.run_seconds) if run.variant.run_seconds else 0.0,
@@ -314,7 +317,8 @@ def format_profile(data: dict) -> str:
     hw = data["hardware"]
     common = _source_file(data)
     lines = [
-        f"profile of @{data['entry']} on {data['target']} ({data['machine']}): median of {data['rounds']} rounds",
+        f"profile of @{data['entry']} on {data['target']} ({data['machine']}): median of {data['rounds']} rounds"
+        + (f", dynamic dims at {data['dims_described']}" if data.get("dims_described") else ""),
         f"  run {T(data['time_seconds'])}, in kernels {T(data['kernel_seconds'])}; numerics: max relative error {data['max_error']:.1e} "
         f"({'agrees with' if data['agrees'] else 'DISAGREES with'} the reference at {data['tolerance']:.0e})",
         f"  roofline of '{hw['name']}': {hw['memory_bandwidth'] / 1e9:.0f} GB/s, {hw['peak_flops'] / 1e9:.0f} GFLOP/s (passes/backends/hardware.py)",

@@ -31,6 +31,7 @@ def parser() -> ArgumentParser:
     p.add_argument("--inputs", default=None, help=".npz with the arguments, by name (x for %%x) or as arg0, arg1, ...")
     p.add_argument("--random-inputs", action="store_true", help="fill the inputs missing from --inputs with seeded random data")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
+    p.add_argument("--dims", default=None, metavar="B=3,S=7", help="sizes of dynamic ('?') dims for --random-inputs (docs/dynamic-shapes.md)")
     p.add_argument("--entry", default=None, help="function to check (default @main, else the first)")
     p.add_argument("--rtol", type=float, default=None, help="max |target - reference| / max |reference| that still agrees (default 1e-4, report --measure's)")
     p.add_argument("-o", dest="output", default=None, help="the reproducer .ir (default: NAME.reproducer.ir in this folder); its inputs go beside it as .npz")
@@ -72,7 +73,7 @@ def main(argv: list[str], engine: DiagnosticEngine, load, entry_function, gather
     if is_loop_level(module):
         raise UsageError("fusecc bisect compares a tensor program with the reference; this one is at the loop level already")
     func = entry_function(module, args.entry)
-    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed)
+    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed, args.dims)
     log = (lambda text: print(f"fusecc bisect: {text}", file=sys.stderr)) if not args.json else (lambda text: None)
     with phase("the bisected program"):
         result = bisect.bisect(module, func.sym_name, inputs, choice.name, choice.gpu, args.rtol or measure.PROGRAM_RTOL, insert, engine, log)

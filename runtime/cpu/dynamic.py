@@ -100,6 +100,7 @@ class DynamicSchedulePlan:
         self._pristine = {v: b.copy() for v, b in self.constants.items()} if self.writes_constants else None
         self._bound: dict[tuple, list] = {}
         self.load_launches = len(at_load)
+        self.launches_at_load = frozenset(at_load)  # not among a call's steps (driver/measure.py counts those)
         self._run_at_load(at_load)
 
     def _launches_at_load(self, schedule: loop.ScheduleOp) -> dict:
