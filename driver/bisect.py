@@ -39,10 +39,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import DiagnosticEngine
-from fusecc.compiler.dim_binding import DIMS_ATTR, substitute_dims
-from fusecc.compiler.dims import dim_symbol, sympy
 from fusecc.compiler.ir import Operation
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, PassManager, parse_pipeline, run_pipeline
@@ -52,6 +49,7 @@ from fusecc.dialects import func as F
 from fusecc.driver.kernel_work import kernel_work
 from fusecc.driver.measure import PROGRAM_RTOL, compare, input_dims
 from fusecc.driver.pipelines import is_loop_level, pipeline_for_level
+from fusecc.driver.specialise import specialise
 from fusecc.passes.fusion.fuse import Fuse
 from fusecc.runtime.reference import Interpreter, evaluate
 
@@ -202,22 +200,6 @@ def group_source(group: Operation) -> Operation:
     return _wrap("main", group.operands, [r.type for r in group.results], fill)
 
 
-def specialise(module: Operation, dims: dict[str, int]) -> None:
-    """Every `?` dim of `module` at the sizes of one call (`dims`: name ->
-    size), in place: a group's operands carry dims such as 4*B that its own
-    arguments cannot name (`fusecc.dims` names bare dims), so a reproducer of
-    a group with `?` dims is written at the sizes that showed the fault."""
-    if not dims:
-        return
-    mapping = {dim_symbol(n): sympy().Integer(v) for n, v in dims.items()}
-    for op in module.walk():
-        op.attributes.pop(DIMS_ATTR, None)  # names result dims that are sizes now
-        for value in (*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)):
-            value.type = substitute_dims(value.type, mapping)
-        if isinstance(op, F.FuncOp):
-            op.attributes["function_type"] = A.TypeAttr(FunctionType([a.type for a in op.body.args], [substitute_dims(t, mapping) for t in op.function_type.results]))
-
-
 # --------------------------------------------------------------------------- the stages of one group
 
 
@@ -327,6 +309,9 @@ def bisect(module: Operation, entry: str, inputs: Sequence[np.ndarray], target: 
 
     # 4. the reproducer
     source = group_source(group)
+    # a group's operands carry dims such as 4*B that its own arguments cannot
+    # name (`fusecc.dims` names bare dims): the reproducer is written at the
+    # sizes of the call that showed the fault
     dims = input_dims(module.lookup(entry), [np.shape(a) for a in inputs])
     specialise(source, dims)
     at = f" at {', '.join(f'{n}={v}' for n, v in sorted(dims.items()))}" if dims else ""

