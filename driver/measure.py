@@ -262,7 +262,7 @@ def compile_variant(program: Operation, entry: str, measurer: Measurer, fused: b
     start = time.perf_counter()
     module = program.clone()
     target = measurer.target
-    shapes = [tuple(s) for s in shapes] if shapes is not None else [tuple(np.shape(a)) for a in _hinted_types(program.lookup(entry))]
+    shapes = [tuple(s) for s in shapes] if shapes is not None else [tuple(getattr(t, "shape", ())) for t in _hinted_types(program.lookup(entry))]
     with shape_hints({**active_hints(), **input_dims(program.lookup(entry), shapes)}):
         model = reporting.report_data(module, target, engine, enabled=PHASES if fused else ())
         _, after_fuse = reporting.split_at_fuse("loop", target)

@@ -222,3 +222,18 @@ def test_shape_on_imported_minilm_fixes_its_named_slice_bounds(tmp_path, capsys)
     assert "?" not in out and "stop = [1, 7]" in out
     code, _, err = fusecc(capsys, program, "--shape", "sequence_length=600", "--emit", "tensor")
     assert code == 1 and "error: 'tensor.add' op operand shapes [batch_size,600,384] and [batch_size,512,384] do not broadcast" in err  # 512 positions
+
+
+def test_a_variant_compiled_without_a_call_is_counted_at_the_hints():
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.compiler.dims import shape_hints
+    from fusecc.compiler.parser import parse_module
+    from fusecc.compiler.verifier import verify
+    from fusecc.driver import measure
+
+    module = parse_module(PROGRAM, "dyn.ir")
+    verify(module)
+    with shape_hints({"S": 3}):
+        variant = measure.compile_variant(module, "main", measure.measurer_for("cpu"), True, DiagnosticEngine())
+    assert variant.dims == {"B": 64, "S": 3}
+    assert [s.bytes_read for s in variant.steps] == [64 * 3 * 32 * 4, 2 * 64 * 3 * 32 * 4]
