@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-DIALECT_MODULES = ("builtin", "func", "tensor", "fusion", "arith", "math", "loop", "nvgpu", "loop_vector")
+DIALECT_MODULES = ("builtin", "func", "tensor", "fusion", "arith", "math", "loop_kernel", "loop_schedule", "loop", "nvgpu", "loop_vector")
 
 
 def load_all() -> None:
