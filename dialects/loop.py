@@ -1,8 +1,9 @@
 """The `loop` dialect: kernels over explicit buffers, and the host schedule.
 
 This is the level both targets consume: the CPU target compiles it through
-llvmlite, the CUDA target prints it as CUDA C. Shapes are static, so
-buffers are `memref<...xT, space>` with a memory space — `global` (device
+llvmlite, the CUDA target prints it as CUDA C. Buffers are
+`memref<...xT, space>`; a `?` axis carries its size at run time (`loop.dim`
+reads it, docs/dynamic-shapes.md), and each buffer has a memory space — `global` (device
 or host memory), `shared` (per GPU block), `local` (per thread, registers).
 
 Kernels
