@@ -41,7 +41,6 @@ not import it either. Everything hardware-specific comes from
 from __future__ import annotations
 
 import math
-import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -66,12 +65,12 @@ from fusecc.passes.fusion.op_work import (  # noqa: F401  (re-exported: the pass
 )
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, Contraction, Elementwise, Injective, Reduction
-from fusecc.compiler.dims import hinted, hinted_shape
 from fusecc.compiler.types import TensorType
 from fusecc.passes.tiling.contractions import (
     MAX_SPECIALISED_COPIES,
     AttentionShape,
     MatmulShape,
+    at_hints,
     choose_attention_tiles,
     choose_matmul_tiles,
     reload_factors,
@@ -176,18 +175,6 @@ def _evaluations(body: KernelBody, kind: str, hardware: Hardware) -> dict[Operat
                     count = max(count, _reads(user, result, evals, hardware))
         evals[op] = max(count, own) if count else own
     return evals
-
-
-def at_hints(problem):
-    """A matmul or attention problem with its dynamic sizes at the --shape-hint sizes."""
-    changes = {}
-    for field in dataclasses.fields(problem):
-        value = getattr(problem, field.name)
-        if isinstance(value, tuple) and not all(type(d) is int for d in value):
-            changes[field.name] = hinted_shape(value)
-        elif hasattr(value, "free_symbols"):
-            changes[field.name] = hinted(value)
-    return dataclasses.replace(problem, **changes) if changes else problem
 
 
 def _reads(user: Operation, value: Value, evals, hardware: Hardware) -> float:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
+from fusecc.compiler.dims import hinted, hinted_shape
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import ScalarType, broadcast_shapes, f32
 from fusecc.passes.backends.hardware import Hardware, resident_blocks
@@ -108,6 +109,20 @@ class AttentionShape:
     @property
     def causal(self) -> bool:
         return bool(self.op.attr("causal"))
+
+
+def at_hints(problem):
+    """A matmul or attention problem with its dynamic sizes at the
+    --shape-hint sizes (compiler/dims.py): what a cost or a choice that
+    compares sizes sees of a group with `?` dims."""
+    changes = {}
+    for field in fields(problem):
+        value = getattr(problem, field.name)
+        if isinstance(value, tuple) and not all(type(d) is int for d in value):
+            changes[field.name] = hinted_shape(value)
+        elif hasattr(value, "free_symbols"):
+            changes[field.name] = hinted(value)
+    return replace(problem, **changes) if changes else problem
 
 
 # --------------------------------------------------------------------------- matmul tiles
@@ -573,8 +588,11 @@ def attention_stages(tiles: AttentionTiles, problem: AttentionShape, hardware: H
     shared memory (not D = 256 on the H200) and the second buffer does not
     cost the busiest SM resident warps it needs (`attention_seconds`:
     decoding at D = 128 runs 2 blocks per SM with one buffer, 1 with two),
-    else 1. A function of the tiles, so the chooser and the template agree."""
+    else 1. A function of the tiles, so the chooser and the template agree;
+    a problem with `?` dims is weighed at its --shape-hint sizes, as its
+    tiles were chosen (`dynamic_attention_tiles`)."""
     if gpu_matmul_stages(hardware) > 1:
+        problem = at_hints(problem)
         single, doubled = replace(tiles, stages=1), replace(tiles, stages=2)
         if resource_problem(gpu_attention_resources(doubled, problem), hardware, "attention") is None:
             if attention_seconds(problem, doubled, hardware) <= attention_seconds(problem, single, hardware):

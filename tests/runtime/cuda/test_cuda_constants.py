@@ -46,6 +46,10 @@ def small_encoder(folder: pathlib.Path, layers: int) -> tuple[pathlib.Path, dict
     return path, weights
 
 
+# float_literal's spellings (passes/backends/cuda/c_text.py): 0.0125f, 1e-05f, (-3.5f)
+FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+)f\b")
+
+
 def compile_to_cuda(path: pathlib.Path, out: pathlib.Path) -> tuple[str, Manifest]:
     assert fusecc_main([str(path), "-o", str(out)]) == 0
     return out.read_text(), Manifest.from_json(out.with_suffix(".json").read_text())
@@ -87,9 +91,18 @@ def test_two_layers_define_each_kernel_once_and_pass_each_layers_weights(encoder
             if type(arg).__name__ == "ConstantArg":
                 by_kernel.setdefault((launch.kernel, i), set()).add(arg.name)
     assert any(len(names) == 2 for names in by_kernel.values())
-    # The source holds no weights: it is far smaller than they are, and a second layer does not grow it
-    # (one layer bakes its 512-byte biases; two layers pass each layer's as arguments instead).
-    assert len(source) < sum(w.nbytes for w in large.values()) / 20
+    # The source holds no weights: no initialised array above the bake limit, and no value of a large
+    # weight as a literal (random normals: a kernel's own constants, such as 1e-05f or 0.125f, are not among them).
+    arrays = re.findall(r"static __device__ const [\w ]+? \w+\[(\d+)\]", source)
+    assert all(int(n) * 4 <= BAKE_LIMIT_BYTES for n in arrays), arrays
+    literals = {float(np.float32(x)) for x in FLOAT_LITERAL.findall(source)}
+    assert literals, "no float literal found: FLOAT_LITERAL no longer matches float_literal's spelling"
+    weight_values = set(np.concatenate([w.reshape(-1) for w in large.values()]).astype(np.float64).tolist())
+    assert not literals & weight_values
+    # Kernels only: baked as text the weights would take about 3 characters per byte, the kernels take a
+    # fraction of one. A second layer does not grow the source (one layer bakes its 512-byte biases;
+    # two layers pass each layer's as arguments instead).
+    assert len(source) < sum(w.nbytes for w in large.values()) / 4
     assert len(source) <= len(source_one)
 
 
