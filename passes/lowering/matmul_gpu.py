@@ -188,6 +188,8 @@ def lower_matmul_gpu(group: GroupOp, problem, tiles: GpuMatmulTiles, hardware: H
             # One K loop per range of K pieces, each carrying the accumulators on.
             acc = [s.const(0, acc_type)] * (tm * tn)
             for ks in k_spans:
+                if ks.width == 0:  # K = 0: nothing to stage or sum, the accumulators stay 0
+                    continue
                 lo, hi = k_range(ks)
                 if stages == 1:
                     acc = w.named_loop(w.for_(lo, hi, bk, lambda k0, *a, ks=ks: single_stage(ks, k0, *a), acc, "k0"), "acc")

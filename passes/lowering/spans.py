@@ -34,15 +34,22 @@ class Span:
 
     def guard(self, w, i: Value, tile: int) -> Value | None:
         """`i < end` for an index of this span's tiles, or None where its
-        tiles divide it; records the range [start, end) of `i`."""
+        tiles divide it; records the range [start, end) of `i`. An empty
+        span has no tile but is guarded all the same (always false): a
+        prologue that stages its first tile must not read (seed 5120)."""
         w.im.assume(i, self.start, self.end)
-        return w.below(i, self.end, self.width % tile != 0)
+        return w.below(i, self.end, self.width % tile != 0 or self.width == 0)
 
 
 def spans(bounds: tuple[int, ...], tile: int) -> list[Span]:
-    """The spans between consecutive `bounds`, each cut into tiles of `tile`."""
+    """The spans between consecutive `bounds`, each cut into tiles of `tile`.
+    An empty piece (a concatenated 8x0 operand) makes no span: it has no
+    tile to read. An empty axis keeps one empty span, so that `in_span`
+    still has a body to dispatch to (its zero tiles are never reached)."""
     out, first = [], 0
     for start, end in zip(bounds, bounds[1:]):
+        if end == start and (out or end != bounds[-1]):
+            continue
         out.append(Span(start, end, first, ceil_div(end - start, tile)))
         first += out[-1].tiles
     return out

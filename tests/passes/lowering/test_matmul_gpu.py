@@ -4,7 +4,8 @@ out-of-bounds accesses, thread-order dependence), against the reference, at
 ragged edges (M, N, K from {1, 3, 17, 129, 384, 1000}) with NaN, ±inf and
 -0.0 among the inputs; the double-buffered cp.async path (sm_90, sm_80) and
 the plain one (one stage, before sm_80); shared loads per FMA in the main
-loop. The harness compiles are slow: few programs, each with several matmuls."""
+loop; tiny, odd and empty extents (K = N = 1 batched, K = 0, an empty
+concatenated piece of K). The harness compiles are slow: few programs, each with several matmuls."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from template_harness import group_module, lower_group
+from template_harness import group_module, lower_group, the_group
 
 from fusecc.compiler import parse_module, verify
 from fusecc.compiler.types import TensorType, f32
@@ -184,3 +185,70 @@ def test_split_k_only_where_the_grid_leaves_sms_idle_and_k_is_long():
     assert split_k_for(200, 4096, 32, H200) == 1  # the grid fills the SMs already
     assert split_k_for(4, 100, 32, H200) == 1  # K too short to share
     assert split_k_for(0, 4096, 32, H200) == 1  # an empty output
+
+
+# Tiny and odd extents, batched (K = N = 1 among them), and a K with an empty
+# concatenated piece in front (fuzz seed 5120: the empty span's prologue
+# staged its first BK tile unguarded and read past the end of both inputs).
+TINY = [
+    ("2x2x8x1", "2x2x1x1", "2x2x8x1"),
+    ("1x3", "3x1", "1x1"),
+    ("5x1", "1x7", "5x7"),
+    ("2x3x1x5", "5x1", "2x3x1x1"),
+    ("4x0", "0x7", "4x7"),  # K = 0: zeros, nothing read
+]
+
+
+def tiny_program() -> str:
+    args = [f"%a{i}: tensor<{a}xf32>, %b{i}: tensor<{b}xf32>" for i, (a, b, _) in enumerate(TINY)]
+    body = [f"  %p{i} = tensor.matmul %a{i}, %b{i} : (tensor<{a}xf32>, tensor<{b}xf32>) -> tensor<{r}xf32>" for i, (a, b, r) in enumerate(TINY)]
+    args.append("%e: tensor<2x2x8x0xf32>")
+    body.append("  %k = tensor.concat %e, %a0 {axis = 3} : (tensor<2x2x8x0xf32>, tensor<2x2x8x1xf32>) -> tensor<2x2x8x1xf32>")
+    body.append("  %q = tensor.matmul %k, %b0 : (tensor<2x2x8x1xf32>, tensor<2x2x1x1xf32>) -> tensor<2x2x8x1xf32>")
+    results = [(f"%p{i}", r) for i, (_, _, r) in enumerate(TINY)] + [("%q", "2x2x8x1")]
+    types = ", ".join(f"tensor<{r}xf32>" for _, r in results)
+    return "\n".join([f"func.func @main({', '.join(args)}) -> ({types}) {{", *body, f"  func.return {', '.join(v for v, _ in results)} : {types}\n}}\n"])
+
+
+def test_tiny_odd_and_empty_extents_run_clean_and_right(cuda_cache_dir):
+    from fusecc.driver.cuda_target import compile_program
+
+    module = parse_module(tiny_program(), "tiny.ir")
+    verify(module)
+    rng = np.random.default_rng(4)
+    inputs = [rng.uniform(-1, 1, t.shape).astype(np.float32) for t in module.lookup("main").function_type.inputs]
+    expected = evaluate(module, "main", inputs)
+    source, manifest = compile_program(module, "main", "sm_90")
+    assert "fusecc_cp_async<4>" in source
+    try:
+        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert not findings, "\n".join(map(str, findings))
+    got = [outputs[f"result{i}"] for i in range(len(expected))]
+    for g, want in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+    assert not got[4].any()  # K = 0
+
+
+def test_empty_pieces_make_no_span():
+    from fusecc.passes.lowering.spans import Span, spans
+
+    assert spans((0, 0, 1), 8) == [Span(0, 1, 0, 1)]  # seed 5120's K: an 8x0 piece, then the 8x1 one
+    assert spans((0, 3, 3, 5), 2) == [Span(0, 3, 0, 2), Span(3, 5, 2, 1)]
+    assert spans((0, 0), 8) == [Span(0, 0, 0, 0)]  # an empty axis keeps one (tile-less) span to dispatch to
+
+
+@pytest.mark.parametrize("a, b", [((0, 5), (5, 7)), ((4, 5), (5, 0)), ((4, 0), (0, 7)), ((2, 0, 5), (5, 6)), ((1, 0), (0, 2816))], ids=["m0", "n0", "k0", "batched-m0", "decode-k0"])
+def test_empty_matmuls_lower_through_the_template_and_split_k(a, b):
+    from fusecc.passes.lowering.matmul import MatmulProblem, gpu_matmul_tiles, lower_matmul_split_k
+
+    module = group_module("matmul", [t(*a), t(*b)], lambda bb, x: [bb.create(T.MatmulOp, [x[0], x[1]]).result])
+    lowered = lower_group(module, H200)
+    assert "__global__" in emit_cuda(lowered, "empty.ir").text
+    if 0 in a[-1:]:  # K = 0: the kernel reads nothing
+        assert not [o for o in lowered.walk() if o.name in ("loop.copy_async", "loop.load_vector")]
+    group = the_group(module)
+    problem = MatmulProblem.of(group)
+    split = lower_matmul_split_k(group, problem, dataclasses.replace(gpu_matmul_tiles(group, problem, H200), split_k=2), H200)
+    assert len(split.launches) == 2
