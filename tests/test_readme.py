@@ -43,3 +43,24 @@ def test_the_pass_example_works_as_printed(monkeypatch):
     assert "%y = " not in print_op(program) and "%x: tensor" in print_op(program)
     PM.run_pipeline(PM.parse_pipeline("strip-debug-names{arguments=true}"), program)
     assert "%arg0: tensor<128x768xf32>" in print_op(program)
+
+
+def test_the_dynamic_shapes_example_compiles_once_for_every_size(tmp_path):
+    import numpy as np
+    import pytest
+
+    pytest.importorskip("llvmlite")
+    import fusecc
+
+    (example,) = [block for block in code_blocks("mlir") if "fusecc.dims" in block]
+    path = tmp_path / "dyn.ir"
+    path.write_text(example)
+    program, reference = fusecc.compile(str(path), target="cpu"), fusecc.compile(str(path), target="reference")
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((64, 64)).astype(np.float32) / 8, rng.standard_normal(64).astype(np.float32)
+    for batch, seq in [(1, 1), (3, 7), (2, 13)]:
+        x = rng.standard_normal((batch, seq, 64)).astype(np.float32)
+        (got,), (want,) = program(x, w, b).values(), reference(x, w, b).values()
+        assert got.shape == (batch, seq, 64)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert program.stats.compilations == 1
