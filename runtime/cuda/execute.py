@@ -91,12 +91,18 @@ def tensor_view(memory, offset: int, shape: Sequence[int], dtype: str):
     return memory[offset : offset + nbytes].view(storage_dtype(dtype)).reshape(tuple(shape))
 
 
+def inputs_by_name(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any]) -> Mapping[str, Any]:
+    """Inputs given by name, or in manifest order (their count checked)."""
+    if isinstance(inputs, Mapping):
+        return inputs
+    if len(inputs) != len(manifest.inputs):
+        raise ExecutionError(f"the program takes {len(manifest.inputs)} inputs, got {len(inputs)}")
+    return {spec.name: value for spec, value in zip(manifest.inputs, inputs)}
+
+
 def gather_inputs(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
     """Inputs by name (or in manifest order), checked against their specs."""
-    if not isinstance(inputs, Mapping):
-        if len(inputs) != len(manifest.inputs):
-            raise ExecutionError(f"the program takes {len(manifest.inputs)} inputs, got {len(inputs)}")
-        inputs = {spec.name: value for spec, value in zip(manifest.inputs, inputs)}
+    inputs = inputs_by_name(manifest, inputs)
     gathered = {}
     for spec in manifest.inputs:
         if spec.name not in inputs:
@@ -114,10 +120,7 @@ def bind_dims(manifest: Manifest, inputs: Mapping[str, Any] | Sequence[Any]) -> 
     before any kernel runs."""
     from fusecc.passes.backends.cuda.manifest_dims import evaluate
 
-    if not isinstance(inputs, Mapping):
-        if len(inputs) != len(manifest.inputs):
-            raise ExecutionError(f"the program takes {len(manifest.inputs)} inputs, got {len(inputs)}")
-        inputs = {spec.name: value for spec, value in zip(manifest.inputs, inputs)}
+    inputs = inputs_by_name(manifest, inputs)
     shapes = {}
     for spec in manifest.inputs:
         if spec.name not in inputs:
