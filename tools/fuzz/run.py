@@ -101,7 +101,9 @@ def run_harness(text: str, inputs: list[np.ndarray], source: str = SOURCE) -> li
         from fusecc.driver.cuda_level import compile_program
 
     cuda_c, manifest = compile_program(_parse(text, source), "main", "sm_90", PassContext(diagnostics=DiagnosticEngine(), target="h200"))
-    outputs, findings = run_sanitized(manifest, cuda_c, inputs)
+    # -O0: a fuzz program is small and built once, so g++'s time is most of a
+    # harness run, and -O0 halves it (the same bits: loader.CXX_FLAGS).
+    outputs, findings = run_sanitized(manifest, cuda_c, inputs, opt_level="-O0")
     if findings:
         raise SanitizerFinding(f"{len(findings)} finding(s); first: {str(findings[0]).splitlines()[0][:250]}")
     return [outputs[spec.name] for spec in manifest.outputs]

@@ -165,12 +165,12 @@ class _Launch:
 class Sanitizer:
     """Sanitized launches of one compiled module; findings accumulate."""
 
-    def __init__(self, source: str, filename: str = "kernels.cu", cache_dir: str | os.PathLike | None = None):
+    def __init__(self, source: str, filename: str = "kernels.cu", cache_dir: str | os.PathLike | None = None, opt_level: str = "-O2"):
         from fusecc.runtime.cuda.cpu_harness.loader import CpuModule
 
         self.source = source
         self.filename = filename
-        self.module = CpuModule.compile(source, filename, cache_dir=cache_dir, sanitize=True)
+        self.module = CpuModule.compile(source, filename, cache_dir=cache_dir, sanitize=True, opt_level=opt_level)
         self.ignored = library_ranges(self.module.library)
         self.findings: list[Finding] = []
         self._raw: list[tuple[_Launch, _Finding]] = []
@@ -295,14 +295,17 @@ def _message(launch: _Launch, f: _Finding, other_line: int | None) -> str:
 # --------------------------------------------------------------------------- a program
 
 
-def run_sanitized(manifest, source: str, inputs: Mapping[str, Any] | Sequence[Any], *, cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, np.ndarray], list[Finding]]:
-    """Run a (manifest, kernels.cu, inputs) triple sanitized: (outputs, findings)."""
+def run_sanitized(
+    manifest, source: str, inputs: Mapping[str, Any] | Sequence[Any], *, cache_dir: str | os.PathLike | None = None, opt_level: str = "-O2"
+) -> tuple[dict[str, np.ndarray], list[Finding]]:
+    """Run a (manifest, kernels.cu, inputs) triple sanitized: (outputs, findings).
+    `opt_level`: the host compiler's (loader.OPT_LEVELS)."""
     from fusecc.passes.backends.cuda.manifest import ArenaArg, TensorArg
     from fusecc.runtime.cuda.execute import Bound, constant_values, for_call, from_device_layout, gather_inputs, plan_memory, to_device_layout
 
     manifest = for_call(manifest, inputs)  # a dynamic manifest at the dims these inputs bind
     host = gather_inputs(manifest, inputs)
-    sanitizer = Sanitizer(source, manifest.source, cache_dir)
+    sanitizer = Sanitizer(source, manifest.source, cache_dir, opt_level)
     bound = Bound(manifest, np.zeros(plan_memory(manifest).total_bytes, dtype=np.uint8), constant_values(manifest))
     for spec in manifest.inputs:
         bound.tensors[spec.name][...] = to_device_layout(host[spec.name], spec.dtype)

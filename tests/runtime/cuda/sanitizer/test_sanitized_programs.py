@@ -75,6 +75,24 @@ def test_random_programs_run_clean_under_the_sanitizer(seed, cuda_cache_dir):
     assert findings == [], "\n".join(map(str, findings))
 
 
+def test_an_unoptimised_sanitized_build_computes_the_same_bits(cuda_cache_dir):
+    """The fuzzer builds its harness runs at -O0 (half g++'s time): an example
+    whose kernels use every template (matmul, attention, reductions) gives
+    the -O2 build's outputs bit for bit, with no findings."""
+    source, manifest, inputs = compiled(small("encoder_block.ir"), "encoder_block.ir")
+    fast, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir, opt_level="-O0")
+    assert findings == [], "\n".join(map(str, findings))
+    optimised, _ = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
+    for spec in manifest.outputs:
+        np.testing.assert_array_equal(fast[spec.name], optimised[spec.name])
+
+
+def test_an_unknown_opt_level_is_refused(cuda_cache_dir):
+    source, manifest, inputs = compiled(small("layernorm4.ir"), "layernorm4.ir")
+    with pytest.raises(ValueError, match="opt_level must be one of"):
+        run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir, opt_level="-Ofast")
+
+
 def test_fusecc_run_sanitize_is_clean_on_an_example(tmp_path, capsys):
     program = tmp_path / "layernorm4.ir"
     program.write_text(small("layernorm4.ir"))
