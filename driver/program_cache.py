@@ -21,8 +21,10 @@ import functools
 import hashlib
 import importlib.util
 import json
+import mmap
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
@@ -36,11 +38,8 @@ ENVIRONMENT = ("FUSECC_ONNX_MEMORY_BUDGET",)
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_identity() -> str:
-    """A digest of fusecc's own source and of this host's code generation
-    target: a program compiled by other code, or for another CPU, is never found."""
-    from fusecc.runtime.cpu import jit
-
+def source_identity() -> str:
+    """A digest of fusecc's own source: a program compiled by other code is never found."""
     h = hashlib.sha256()
     for package in SOURCE_PACKAGES:
         spec = importlib.util.find_spec(f"fusecc.{package}")
@@ -53,16 +52,62 @@ def compiler_identity() -> str:
                     with open(path, "rb") as f:
                         data = f.read()
                     h.update(len(relative).to_bytes(8, "little") + relative + len(data).to_bytes(8, "little") + data)
-    h.update(jit.host_description().encode())
+    return h.hexdigest()
+
+
+def compiler_identity() -> str:
+    """fusecc's source and this host's code generation target (its CPU, and
+    the features $FUSECC_CPU_FEATURES changes, read anew each time): a
+    program compiled by other code, or for another CPU, is never found."""
+    from fusecc.runtime.cpu import jit
+
+    return cache.digest(source_identity(), jit.host_description())
+
+
+# A model file's content digest is kept in the cache (kind "file-digest")
+# under its inode, size, modification and change times, as git's index
+# does: a second compile of an unchanged file does not hash it again. Any
+# write or rename changes the change time, which no user can set; a file
+# changed within RACY_SECONDS before it was hashed could change again within
+# the same clock tick unseen, so its digest is not kept (it is hashed again).
+DIGEST_KIND = "file-digest"
+RACY_SECONDS = 2.0
+
+
+def _status_key(status: os.stat_result) -> str:
+    return cache.digest(DIGEST_KIND, *(str(getattr(status, f)) for f in ("st_dev", "st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")))
+
+
+def _hash_file(f) -> str:
+    h = hashlib.sha256()
+    if os.fstat(f.fileno()).st_size:  # hashed from the page cache, without a copy (hashlib lets go of the GIL)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            h.update(mapped)
     return h.hexdigest()
 
 
 def file_digest(path: str) -> str:
-    h = hashlib.sha256()
+    """sha256 of the file's bytes (remembered by its status, see above)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+        before = os.fstat(f.fileno())
+        key = _status_key(before)
+        keeps = cache.kind_dir(DIGEST_KIND) is not None
+        if keeps:
+            try:
+                remembered = cache.lookup_bytes(DIGEST_KIND, key)
+            except OSError:
+                remembered = None
+            if remembered:
+                return bytes(remembered).decode()
+        digest = _hash_file(f)
+        after = os.fstat(f.fileno())
+    settled = max(before.st_mtime_ns, before.st_ctime_ns) < time.time_ns() - RACY_SECONDS * 1e9
+    if keeps and settled and _status_key(after) == key:
+        try:
+            cache.fetch_bytes(DIGEST_KIND, key, lambda: digest.encode())
+        except OSError:  # only costs the next compile a hash
+            pass
+    return digest
 
 
 def program_key(path: str, options: dict) -> str:
@@ -83,23 +128,27 @@ def compiled_model(path: str, options: dict, build: Callable[[], tuple[object, d
     if cache.kind_dir(KIND) is None:  # no usable disk cache (the reason was printed once)
         program, meta = build()
         return program, meta, False
-    # The model's digest (hashlib lets go of the GIL) while this thread imports the CPU runtime.
-    with ThreadPoolExecutor(1, thread_name_prefix="fusecc-digest") as digests:
-        pending = digests.submit(program_key, path, options)
+
+    def find() -> tuple[str, object]:
+        key = program_key(path, options)
+        storing = _stores.get(key)
+        if storing is not None:  # this process compiled it a moment ago: its entry first
+            wait(storing)
+        try:
+            return key, cache.lookup_bytes(KIND, key, aligned=True)
+        except OSError:
+            return key, None
+
+    # The key and the entry's digest check (hashlib lets go of the GIL) while this thread imports the CPU runtime.
+    with ThreadPoolExecutor(1, thread_name_prefix="fusecc-lookup") as lookups:
+        pending = lookups.submit(find)
         from fusecc.runtime.cpu.image import ImageError, load_image
 
         try:
-            key = pending.result()
+            key, blob = pending.result()
         except OSError:  # the model cannot be read: the compile path says why
             program, meta = build()
             return program, meta, False
-    storing = _stores.get(key)
-    if storing is not None:  # this process compiled it a moment ago: its entry first
-        wait(storing)
-    try:
-        blob = cache.lookup_bytes(KIND, key, aligned=True)
-    except OSError:
-        blob = None
     if blob:
         try:
             program, meta = load_image(blob, pool)
@@ -152,4 +201,4 @@ def wait(future: Future) -> None:
         pass
 
 
-__all__ = ["KIND", "compiled_model", "compiler_identity", "file_digest", "program_key", "store_later", "wait_for_stores"]
+__all__ = ["KIND", "compiled_model", "compiler_identity", "source_identity", "file_digest", "program_key", "store_later", "wait_for_stores"]

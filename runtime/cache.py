@@ -51,6 +51,7 @@ KINDS = {
     "cubin": "CUDA binaries (NVRTC)",
     "parser": "the parser's LALR tables",
     "program": "compiled CPU programs of model files (kernels, schedule, constants)",
+    "file-digest": "content digests of model files, by inode, size and times (driver/program_cache.py)",
 }
 DEFAULT_MAX_BYTES = 2 << 30
 DIGEST_FILE = "DIGEST"
@@ -251,21 +252,19 @@ def _remove(path: Path) -> None:
 
 
 def _read_blob(path: Path, aligned: bool):
-    """A blob's bytes; `aligned`: in a private page-aligned writable buffer
-    (a memoryview of anonymous memory), so that the caller can use parts of
-    it in place where alignment matters (runtime/cpu/image.py's constants)."""
+    """A blob's bytes; `aligned`: mapped copy-on-write (a private, page
+    aligned, writable memoryview; pages are read as they are touched, never
+    copied whole), so that the caller can use parts of it in place where
+    alignment matters (runtime/cpu/image.py's constants). Entries are never
+    written in place (each appears by one rename, and goes by an unlink), so
+    the mapped bytes stay those the digest was checked on."""
     if not aligned:
         return path.read_bytes()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        view = memoryview(mmap.mmap(-1, max(size, 1)))[:size]
-        done = 0
-        while done < size:
-            got = f.readinto(view[done:])
-            if not got:
-                raise OSError(f"'{path}' shrank while it was read")
-            done += got
-    return view
+        if size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE))
 
 
 def _verified(entry: Path, blob: bool, aligned: bool = False):

@@ -6,6 +6,7 @@ the program (the file's bytes, the shapes, a damaged entry) compiles again."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -161,14 +162,14 @@ def test_the_key_follows_the_compilers_source(tmp_path):
     key = program_cache.program_key(path, {"target": "cpu"})
     assert key == program_cache.program_key(path, {"target": "cpu"})
     assert key != program_cache.program_key(path, {"target": "cpu", "entry": "f"})
-    program_cache.compiler_identity.cache_clear()
+    program_cache.source_identity.cache_clear()
     try:
         real = program_cache.SOURCE_PACKAGES
         program_cache.SOURCE_PACKAGES = real[:-1]
         assert program_cache.program_key(path, {"target": "cpu"}) != key
     finally:
         program_cache.SOURCE_PACKAGES = real
-        program_cache.compiler_identity.cache_clear()
+        program_cache.source_identity.cache_clear()
 
 
 def test_an_image_runs_like_the_program_it_was_made_from(tmp_path):
@@ -196,3 +197,54 @@ def test_passes_are_verified_each_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSECC_VERIFY_EACH", "1")
     fusecc.compile(str(source), target="cpu")
     assert calls
+
+
+def test_changed_compiler_options_are_another_entry(tmp_path, cache_dir, monkeypatch):
+    path = write_model(tmp_path / "m.onnx")
+    x = np.linspace(-1, 1, 4 * 64, dtype=np.float32).reshape(4, 64)
+
+    def compiled(**options):
+        program = fusecc.compile(path, target="cpu", options=options or None)
+        np.testing.assert_allclose(program(x=x)["y"], expected(), rtol=1e-5, atol=1e-5)
+        program_cache.wait_for_stores()
+        return program.stats.from_cache
+
+    assert compiled() is False
+    assert compiled(entry="main") is False  # the entry named
+    monkeypatch.setenv("FUSECC_CPU_FEATURES", "-avx512f")  # code for other CPU features
+    assert compiled() is False
+    assert compiled() is True
+    monkeypatch.delenv("FUSECC_CPU_FEATURES")
+    assert (compiled(), compiled(entry="main")) == (True, True)
+
+
+def hashes_counted(monkeypatch) -> list:
+    hashed = []
+    real = program_cache._hash_file
+    monkeypatch.setattr(program_cache, "_hash_file", lambda f: (hashed.append(f.name), real(f))[1])
+    return hashed
+
+
+def test_a_settled_model_files_digest_is_remembered_until_it_changes(tmp_path, cache_dir, monkeypatch):
+    path = write_model(tmp_path / "m.onnx")
+    monkeypatch.setattr(program_cache, "RACY_SECONDS", -3600.0)  # as if the file had been written an hour ago
+    hashed = hashes_counted(monkeypatch)
+    first = program_cache.file_digest(path)
+    assert program_cache.file_digest(path) == first and len(hashed) == 1  # the second one remembered
+    status = os.stat(path)
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 0xFF
+    with open(path, "r+b") as f:  # same inode, same size, the modification time put back
+        f.write(data)
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    changed = program_cache.file_digest(path)
+    assert len(hashed) == 2 and changed != first
+    assert changed == hashlib.sha256(bytes(data)).hexdigest()
+
+
+def test_a_model_file_written_just_now_is_hashed_every_time(tmp_path, cache_dir, monkeypatch):
+    path = write_model(tmp_path / "m.onnx")  # a write in the same clock tick could go unseen
+    hashed = hashes_counted(monkeypatch)
+    assert program_cache.file_digest(path) == program_cache.file_digest(path)
+    assert len(hashed) == 2
+    assert not [p for p in (cache_dir / program_cache.DIGEST_KIND).iterdir() if p.name != ".lock"]
