@@ -225,6 +225,16 @@ FUSECC_CPU_HARNESS inline void resume(Worker& w, Fiber& f) {
 #endif
 }
 
+// Unmapped at the end of every launch: each compiled module has its own
+// thread_local Worker, and a module's stacks (two mappings per slot: the stack
+// and its guard page) kept on an idle pool thread would pile up in a process
+// that runs many modules (the fuzzer hit the 65530-mapping limit after ~300).
+FUSECC_CPU_HARNESS inline void release_stacks(Worker& w) {
+  if (w.stacks) munmap(w.stacks, w.stack_slot * w.stack_count);
+  w.stacks = nullptr;
+  w.stack_count = 0;
+}
+
 FUSECC_CPU_HARNESS inline bool ensure_stacks(Worker& w, size_t count) {
   if (w.stack_count >= count) return true;
   if (w.stacks) munmap(w.stacks, w.stack_slot * w.stack_count);
@@ -696,6 +706,10 @@ FUSECC_CPU_HARNESS int run(void (*kernel)(Args...), const LaunchParams* p, std::
   } call{kernel, &values};
 
   Worker& w = worker();
+  struct ReleaseStacks {
+    Worker& w;
+    ~ReleaseStacks() { release_stacks(w); }
+  } release{w};
   w.body = [](void* arg) {
     auto* c = static_cast<Call*>(arg);
     std::apply(c->kernel, *c->values);

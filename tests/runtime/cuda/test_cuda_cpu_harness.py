@@ -138,3 +138,29 @@ def test_compile_errors_name_the_file_and_kernel_and_builds_are_cached(cuda_cach
     y = np.zeros(1, np.float32)
     again.launch("broken_kernel", 1, 1, [y])
     assert y[0] == 1.5
+
+
+def _mappings() -> int:
+    with open("/proc/self/maps") as maps:
+        return sum(1 for _ in maps)
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="needs /proc/self/maps (Linux)")
+def test_launches_leave_no_fiber_stacks_mapped(cuda_cache_dir):
+    """Each module has its own per-thread worker; its fiber stacks (a stack and
+    a guard page per thread: two mappings each) are unmapped when a launch
+    ends, so a process running many modules does not pile them up (the fuzzer
+    ran out of mappings after ~300 modules when they were kept)."""
+    template = """
+    extern "C" __global__ void scale_{tag}(float* x, int n) {{
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) x[i] = x[i] * {factor}.0f;
+    }}
+    """
+    modules = [CpuModule.compile(template.format(tag=i, factor=i + 2), f"scale{i}.cu", cache_dir=cuda_cache_dir) for i in range(4)]
+    x = np.ones(1024, np.float32)
+    before = _mappings()
+    for i, module in enumerate(modules):
+        module.launch(f"scale_{i}", grid=1, block=1024, args=[x, x.size])
+    assert _mappings() - before < 64  # kept stacks: 2 x 1024 per module and pool thread
+    np.testing.assert_array_equal(x, np.full(1024, 2 * 3 * 4 * 5, np.float32))
