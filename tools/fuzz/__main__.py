@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -16,7 +17,10 @@ import numpy as np
 
 from fusecc.tools.fuzz.generate import Case, generate
 from fusecc.tools.fuzz.program import Program, print_program, resource_arrays
-from fusecc.tools.fuzz.run import TARGETS, Outcome, run_case
+from fusecc.tools.fuzz.run import TARGETS, Outcome, run_case, run_seed
+
+
+SEEDS_PER_WORKER = 200
 
 
 def seeds_of(text: str) -> range:
@@ -31,13 +35,6 @@ def targets_for(seed: int, targets: list[str], harness_every: int) -> list[str]:
     if "harness" in targets or (harness_every and seed % harness_every == 0):
         chosen.append("harness")
     return chosen
-
-
-def _one(seed: int, targets: list[str], invalid: bool, num_ops: int | None) -> Outcome:
-    import warnings
-
-    warnings.simplefilter("ignore")
-    return run_case(generate(seed, num_ops), targets, invalid=invalid)
 
 
 # --------------------------------------------------------------------------- case files
@@ -98,14 +95,18 @@ def run_seeds(args) -> int:
             print(f"... {done} seeds, {time.time() - start:.0f} s", flush=True)
 
     while pending:
-        with ProcessPoolExecutor(jobs) as pool:
+        # Workers are replaced every SEEDS_PER_WORKER seeds: a harness run loads
+        # a compiled library that a process cannot unload (its thread_local
+        # worker pins it), and 10,000 of them would exhaust the mappings one
+        # process may hold. forkserver: max_tasks_per_child cannot fork.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("forkserver"), max_tasks_per_child=SEEDS_PER_WORKER) as pool:
             running = {}
             try:
                 while pending or running:
                     while pending and len(running) < jobs * 2:
                         seed = pending.pop()
                         invalid = bool(args.invalid_every) and seed % args.invalid_every == 0
-                        running[pool.submit(_one, seed, targets_for(seed, targets, args.harness_every), invalid, args.ops)] = seed
+                        running[pool.submit(run_seed, seed, targets_for(seed, targets, args.harness_every), invalid, args.ops)] = seed
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in finished:
                         seed = running.pop(future)

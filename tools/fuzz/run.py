@@ -193,6 +193,15 @@ _RESULT_TYPE = re.compile(r"-> tensor<([0-9x]*)(f32|f16|bf16|i32|i64|i1)>$")
 _AXIS_ATTR = re.compile(r"\b(axis = -?\d+|axes = \[[-0-9, ]*\]|perm = \[[0-9, ]*\])")
 
 
+def run_seed(seed: int, targets: list[str], invalid: bool, num_ops: int | None) -> Outcome:
+    """One seed's case on `targets`, in a worker process (importable by name:
+    the fuzzer's workers start from a fork server)."""
+    from fusecc.tools.fuzz.generate import generate
+
+    warnings.simplefilter("ignore")
+    return run_case(generate(seed, num_ops), targets, invalid=invalid)
+
+
 def invalid_variant(case: Case) -> tuple[str, int, bool] | None:
     """The program's text with one op made invalid, the line of that op, and
     whether the error must be reported at that very line: an axis out of
