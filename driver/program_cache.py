@@ -88,6 +88,14 @@ def _hash_file(f) -> str:
 
 def file_digest(path: str) -> str:
     """sha256 of the file's bytes (remembered by its status, see above)."""
+    counted = cache.counts.hits, cache.counts.builds
+    try:
+        return _file_digest(path)
+    finally:  # a remembered digest is no part of a program (`fusecc run` counts the parts it found and built)
+        cache.counts.hits, cache.counts.builds = counted
+
+
+def _file_digest(path: str) -> str:
     with open(path, "rb") as f:
         before = os.fstat(f.fileno())
         key = _status_key(before)

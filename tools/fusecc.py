@@ -9,6 +9,10 @@
     fusecc import model.onnx -o model.ir
     fusecc cache info|clear
 
+Each subcommand lives in its own module: run (tools/run_command.py), explain
+and report (tools/report_command.py), profile, bisect, cache; loading a
+program and gathering its inputs is tools/program_inputs.py's.
+
 --target is where code runs (or which code generator compiles it), --gpu
 and --arch what GPU code is tuned for: the same flags in every command
 (tools/target_options.py). A flag that would be ignored is refused.
@@ -18,47 +22,22 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import sys
 
-import numpy as np
-
 from fusecc.compiler.diagnostics import DiagnosticEngine, SourceManager, UsageError
-from fusecc.compiler.ir import Operation
-from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
-from fusecc.compiler.verifier import verify
 from fusecc.driver.pipelines import EMIT_LEVELS, EmitOptions, is_loop_level, pipeline_for_level
-from fusecc.driver import frontend, targets
-from fusecc.driver.program import entry_function as function_by_name
-
-from fusecc.tools import run_io
+from fusecc.driver import frontend
 from fusecc.tools import model_options
-from fusecc.tools.common import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, ArgumentParser, guarded_main, phase, read_source, write_output
+from fusecc.tools.common import EXIT_USER_ERROR, ArgumentParser, guarded_main, phase, write_output
+from fusecc.tools.program_inputs import entry_function, gather_inputs, load
+from fusecc.tools.report_command import explain_main, report_main
+from fusecc.tools.run_command import run_main
 from fusecc.tools.target_options import COMPILE_TARGETS, TargetChoice, add_target_options, resolve_target
 
 SUBCOMMANDS = ("run", "explain", "report", "profile", "bisect", "cache", "import")
-
-
-def load(path: str, engine: DiagnosticEngine, args=None) -> Operation:
-    """A program from an .ir file or an ONNX model (driver/frontend.py picks the front end)."""
-    return frontend.load_program(path, engine, phase=phase, **model_options.frontend_options(args))
-
-
-def entry_function(module: Operation, requested: str | None) -> Operation:
-    """The function to run, or for a loop-level module its `loop.schedule`."""
-    if is_loop_level(module):
-        schedules = [op for op in module.body if op.name == "loop.schedule"]
-        wanted = (requested or "main").lstrip("@")
-        found = next((op for op in schedules if op.sym_name == wanted), None)
-        if found is None and requested is None and schedules:
-            found = schedules[0]
-        if found is None:
-            raise UsageError(f"no loop.schedule @{wanted} (schedules: {', '.join('@' + op.sym_name for op in schedules) or 'none'})")
-        return found
-    return function_by_name(module, requested)
 
 
 # --------------------------------------------------------------------------- compile
@@ -122,311 +101,6 @@ def compile_main(argv: list[str], engine: DiagnosticEngine) -> int:
     for path, extra in emitted.beside.items():
         write_output(path, extra)
     sys.stderr.write(emitted.notes)
-    return 0
-
-
-# --------------------------------------------------------------------------- run
-
-
-def run_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="fusecc run", description="Run a program's entry function.")
-    p.add_argument("input", help="the program (.ir or .onnx)")
-    model_options.add_frontend_options(p)
-    p.add_argument("--inputs", default=None, help=".npz with the arguments, by name (x for %%x) or as arg0, arg1, ...")
-    p.add_argument("-o", dest="output", default=None, help=".npz to write result0, result1, ... (default: print a summary)")
-    add_target_options(p, "where to run: reference (the interpreter), cpu, cuda (a GPU), cuda-sim (the CUDA C on this CPU); default: cuda with a GPU, else cpu", tf32=True)
-    p.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
-    p.add_argument("--random-inputs", action="store_true", help="fill the inputs missing from --inputs with seeded random data (says which)")
-    p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
-    p.add_argument("--dims", default=None, metavar="B=3,S=7", help="sizes of dynamic ('?') dims for --random-inputs (docs/dynamic-shapes.md)")
-    p.add_argument("--threads", type=int, default=None, help="threads of the CPU runtimes (sets FUSECC_CPU_WORKERS; default: every CPU this process may use)")
-    p.add_argument("-q", "--quiet", action="store_true", help="do not print the target and the compile and run times to stderr")
-    p.add_argument("--sanitize", action="store_true", help="with --target cuda-sim: check shared memory races, uninitialised reads, out-of-bounds accesses, barriers and warp operations (a finding exits 1)")
-    return p
-
-
-def gather_inputs(func: Operation, path: str | None, random_inputs: bool, seed: int, dims: str | None = None) -> list[np.ndarray]:
-    """The entry's arguments: from the .npz by name (`x` for `%x`), else as
-    `argN`, else (with --random-inputs) seeded random data; a dynamic dim of
-    random data takes its size from --dims or from a given input."""
-    from fusecc.runtime.reference import random_input
-
-    provided = run_io.read_npz(path) if path is not None else {}
-    rng = np.random.default_rng(seed)
-    values, used, randomised = [], set(), []
-    arguments = func.input_args if func.name == "loop.schedule" else func.arguments
-    graph_names = frontend.input_keys(func, len(arguments))
-    for index, arg in enumerate(arguments):
-        t = arg.type
-        label = f"'{arg.name_hint}' (arg{index})" if arg.name_hint else f"'arg{index}'"
-        for key in (graph_names[index], arg.name_hint, f"arg{index}"):
-            if key and key in provided:
-                values.append(check_input(provided[key], t, f"input {label} of @{func.sym_name}"))
-                used.add(key)
-                break
-        else:
-            if not random_inputs:
-                held = f"; {run_io.describe_keys(path, provided)}" if path is not None else ""
-                raise UsageError(f"missing input {label} ({t}){held}; give it in --inputs by name or position (arg{index}), or use --random-inputs")
-            values.append(random_input(sized(t, func, provided_sizes(arguments, values), dims, label), rng))
-            randomised.append(label)
-    for key in sorted(set(provided) - used):
-        print(f"fusecc run: warning: '{key}' in '{path}' is not an argument of @{func.sym_name}; ignored", file=sys.stderr)
-    if randomised:
-        print(f"fusecc run: note: random data (seed {seed}) for {', '.join(randomised)}", file=sys.stderr)
-    return values
-
-
-def check_input(array: np.ndarray, t, what: str) -> np.ndarray:
-    """The array converted to the argument's type (driver/input_check.py).
-    A conversion that changes values (float64 -> f32, int64 beyond i32) is
-    made with a warning that says how many values change and by how much;
-    one that changes none (int64 ids that fit i32) is silent."""
-    import warnings
-
-    from fusecc.driver.input_check import LossyConversionWarning, check_input as checked
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", LossyConversionWarning)
-        converted = checked(array, t, what, lossy="warn")
-    for warning in caught:
-        if issubclass(warning.category, LossyConversionWarning):
-            print(f"fusecc run: warning: {warning.message}", file=sys.stderr)
-        else:
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    return converted
-
-
-def run_target(args, loop_level: bool):
-    """The target of `fusecc run`: --gpu/--arch only where the code is tuned
-    for a GPU other than the one it runs on (cuda-sim)."""
-    choice = resolve_target(args, "fusecc run", None, None)
-    if choice.name == "cuda" and (args.gpu or args.arch):
-        raise UsageError("--target cuda compiles for the GPU it runs on; --gpu/--arch apply to cuda-sim and to compiling")
-    if loop_level:
-        if args.gpu or args.arch:
-            raise UsageError("this program is at the loop level already, tuned when it was lowered; --gpu/--arch would be ignored")
-        if choice.allow_tf32:
-            raise UsageError("this program is at the loop level already, its matmuls lowered; --allow-tf32 would be ignored")
-        return targets.get_loop_level(choice.name or None)
-    if args.sanitize and choice.name != "cuda-sim":
-        raise UsageError("--sanitize checks the CUDA C on the CPU harness: give --target cuda-sim")
-    target = targets.get(choice.name or None)
-    if choice.name == "cuda-sim":
-        target.gpu = choice.gpu  # the CUDA C is tuned for this GPU, then run on the CPU
-        target.sanitize = args.sanitize
-    if choice.allow_tf32:
-        target.allow_tf32 = True  # the GPU targets' PassContext (f32 matmuls on TF32 tensor cores)
-    return target
-
-
-def provided_sizes(arguments, values) -> dict:
-    """The dynamic dims' sizes the inputs given so far show."""
-    sizes = {}
-    for arg, array in zip(arguments, values):
-        for d, n in zip(getattr(arg.type, "shape", ()), np.shape(array)):
-            if type(d) is not int and d.is_Symbol:
-                sizes.setdefault(d, n)
-    return sizes
-
-
-def sized(t, func: Operation, known: dict, dims: str | None, label: str):
-    """`t` with its dynamic dims at the sizes --dims (or another input) gives."""
-    if getattr(t, "is_static", True):
-        return t
-    from fusecc.compiler.dims import dim_symbol, evaluate_shape, free_symbols, parse_hints
-
-    try:
-        given = {dim_symbol(k): v for k, v in parse_hints(dims or "").items()}
-    except ValueError as exc:
-        raise UsageError(f"--dims: {str(exc).replace('shape hint', 'dim size')}") from None
-    sizes = {**known, **given}
-    missing = sorted(str(s) for s in free_symbols(t.shape) if s not in sizes)
-    if missing:
-        raise UsageError(f"input {label} of @{func.sym_name} is {t} with dynamic dims; give their sizes for --random-inputs with --dims {','.join(f'{m}=N' for m in missing)}")
-    return t.with_shape(evaluate_shape(t.shape, sizes))
-
-
-def run_main(argv: list[str], engine: DiagnosticEngine) -> int:
-    from fusecc.runtime.cuda.cpu_harness.sanitizer import SanitizerFindings
-    from fusecc.runtime.reference import InterpreterError
-
-    args = run_parser().parse_args(argv)
-    module = load(args.input, engine, args)
-    func = entry_function(module, args.entry)
-    from fusecc.runtime import cache
-
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError("--threads must be at least 1")
-        os.environ["FUSECC_CPU_WORKERS"] = str(args.threads)
-    target = run_target(args, is_loop_level(module))
-    inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed, args.dims)
-    timing = run_io.Timing(target.name)
-    hits, builds = cache.counts.hits, cache.counts.builds
-    with phase(f"the '{target.name}' target"):
-        try:
-            with run_io.Stopwatch() as compiling:
-                program = target.prepare(module, func.sym_name, engine)
-            with run_io.Stopwatch() as running:
-                results = program(inputs)
-        except InterpreterError as exc:
-            raise UsageError(str(exc)) from None
-        except SanitizerFindings as exc:
-            for finding in exc.findings:
-                print(finding, file=sys.stderr)
-            print(f"fusecc run: {len(exc.findings)} sanitizer finding(s); the lines are those of kernels.cu as `fusecc {args.input} -o kernels.cu` writes it", file=sys.stderr)
-            return 1
-    timing.compile_seconds, timing.run_seconds = compiling.seconds, running.seconds
-    timing.cache_hits, timing.cache_builds = cache.counts.hits - hits, cache.counts.builds - builds
-    if not args.quiet:
-        print(f"fusecc run: {timing.line()}", file=sys.stderr)
-    named = list(zip(frontend.result_keys(func, len(results)), results))
-    if args.output:
-        run_io.write_npz(args.output, dict(named))
-    else:
-        run_io.write_stdout(run_io.summary(named))
-    return 0
-
-
-# --------------------------------------------------------------------------- explain / report
-
-
-def tuning_target(args, tool: str, default: str = "cuda") -> TargetChoice:
-    """The target of a command that compiles but does not run (explain, report):
-    the reference interpreter compiles nothing, so it is refused."""
-    if args.target == "reference":
-        raise UsageError(f"the reference interpreter runs tensor programs as written, without fusion; {tool} needs --target cpu or cuda")
-    return resolve_target(args, tool, COMPILE_TARGETS, default)
-
-
-def explain_main(argv: list[str], engine: DiagnosticEngine) -> int:
-    from fusecc.driver import reporting
-
-    p = ArgumentParser(prog="fusecc explain", description="Explain every fusion decision as remarks.")
-    p.add_argument("input")
-    model_options.add_frontend_options(p)
-    add_target_options(p, "the code generator whose fusion is explained: cuda (default; cuda-sim alike) or cpu", COMPILE_TARGETS)
-    args = p.parse_args(argv)
-    choice = tuning_target(args, "fusecc explain")
-    module = load(args.input, engine, args)
-    engine.stream = sys.stdout  # the remarks are this command's output
-    write_output(None, reporting.explain(module, choice.hardware, engine))
-    return 0
-
-
-def _counters_report(args, engine: DiagnosticEngine) -> int:
-    """`fusecc report --counters`: the CUDA kernels for --gpu/--arch, run on
-    the CPU harness with seeded random inputs (runtime/cuda/counters.py)."""
-    from fusecc.driver.cuda_level import build_manifest
-    from fusecc.driver.cuda_target import lower_to_cuda
-    from fusecc.runtime.cuda.counters import format_counters, kernel_counters
-    from fusecc.compiler.dims import hinted_shape
-    from fusecc.compiler.types import TensorType
-    from fusecc.runtime.cuda.execute import for_call
-    from fusecc.runtime.reference import random_input
-
-    from fusecc.passes.backends.hardware import HARDWARE
-
-    choice = tuning_target(args, "fusecc report")
-    if not choice.is_gpu:
-        raise UsageError("--counters measures CUDA kernels: give --target cuda (the default) with --gpu or --arch")
-    hardware = HARDWARE[choice.hardware]
-    module = load(args.input, engine, args)
-    func = entry_function(module, None)
-    rng = np.random.default_rng(0)
-    # `?` dims run at their --shape-hint sizes (docs/dynamic-shapes.md)
-    inputs = [random_input(t if t.is_static else TensorType(hinted_shape(t.shape), t.element_type), rng) for t in func.function_type.inputs]
-    with phase("the code generator"):
-        cuda = lower_to_cuda(module, choice.arch, PassContext(diagnostics=engine, target=choice.hardware, allow_tf32=choice.allow_tf32))
-        manifest = for_call(build_manifest(module, cuda, "kernels.cu", choice.arch, func.sym_name), inputs)
-    with phase("the counters"):
-        rows = kernel_counters(cuda, manifest, inputs, hardware)
-    if args.json:
-        write_output(None, json.dumps([r.to_dict() for r in rows], indent=1) + "\n")
-    else:
-        write_output(None, format_counters(rows, hardware))
-    return 0
-
-
-def report_main(argv: list[str], engine: DiagnosticEngine) -> int:
-    from fusecc.driver import reporting
-
-    p = ArgumentParser(
-        prog="fusecc report",
-        description="Kernels, bytes, memory and time before and after fusion: from the cost model, "
-        "measured on this machine (--measure), and the generated source of a kernel (--show-source).",
-    )
-    p.add_argument("input")
-    model_options.add_frontend_options(p)
-    add_target_options(p, "the code generator reported on: cuda (default; cuda-sim alike) or cpu (the default with --measure)", COMPILE_TARGETS, tf32=True)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    measured = p.add_argument_group("measuring (--measure)")
-    measured.add_argument("--measure", action="store_true", help="compile unfused and fused, run both, and put measured figures beside the modelled ones")
-    measured.add_argument("--repeat", type=int, default=None, help="timed runs of each program, interleaved (default 10)")
-    measured.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default 0)")
-    measured.add_argument("--threads", type=int, default=None, help="threads of the CPU runtime (default: every CPU this process may use)")
-    measured.add_argument("--entry", default=None, help="function to run (default @main, else the first)")
-    measured.add_argument("--all-kernels", action="store_true", help="also list the unfused program's kernels")
-    source = p.add_argument_group("generated code (--show-source)")
-    source.add_argument("--show-source", metavar="KERNEL", default=None, help="print a kernel's source (a name such as fused_3_reduction, or a group id) instead of the report")
-    source.add_argument("--level", choices=reporting.SOURCE_LEVELS, default=None, help="loop IR, LLVM IR or CUDA C (default: llvm for the cpu, cuda for a GPU)")
-    p.add_argument("--counters", action="store_true", help="offline counters per CUDA kernel from its address stream on the CPU harness: bank-conflict ways, sector efficiency, registers, spills, occupancy, waves")
-    args = p.parse_args(argv)
-    if args.counters:
-        if args.measure or args.show_source is not None:
-            raise UsageError("--counters is a report of its own; run it without --measure and --show-source")
-        return _counters_report(args, engine)
-    if args.show_source is not None:
-        if args.measure or args.json:
-            raise UsageError("--show-source prints one kernel's source; run it without --measure and --json")
-        choice = tuning_target(args, "fusecc report", "cpu" if args.level == "llvm" else "cuda")
-        level = args.level or ("llvm" if choice.name == "cpu" else "cuda")
-        module = load(args.input, engine, args)
-        with phase("the code generator"):
-            text = reporting.kernel_source(module, choice.hardware, args.show_source, level, engine)
-        write_output(None, text)
-        return 0
-    if args.level is not None:
-        raise UsageError("--level chooses the language of --show-source; it has no effect without it")
-    measuring_only = [flag for flag, given in (("--repeat", args.repeat is not None), ("--seed", args.seed is not None), ("--threads", args.threads is not None), ("--entry", args.entry is not None), ("--all-kernels", args.all_kernels)) if given]
-    if not args.measure:
-        if measuring_only:
-            raise UsageError(f"{', '.join(measuring_only)} {'applies' if len(measuring_only) == 1 else 'apply'} to --measure; add --measure or drop {'it' if len(measuring_only) == 1 else 'them'}")
-        choice = tuning_target(args, "fusecc report")
-        module = load(args.input, engine, args)
-        write_output(None, reporting.report(module, choice.hardware, as_json=args.json, engine=engine, allow_tf32=choice.allow_tf32))
-        return 0
-    choice = tuning_target(args, "fusecc report", "cpu")
-    module = load(args.input, engine, args)
-    return _measured_report(args, choice, module, engine)
-
-
-def _measured_report(args, choice: TargetChoice, module: Operation, engine: DiagnosticEngine) -> int:
-    from fusecc.driver import measure
-
-    args.repeat = 10 if args.repeat is None else args.repeat
-    args.seed = 0 if args.seed is None else args.seed
-    if args.repeat < 1:
-        raise UsageError("--repeat must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be at least 1")
-    if is_loop_level(module):
-        raise UsageError("--measure compiles a tensor program twice (unfused and fused); this one is at the loop level already (run it with 'fusecc run')")
-    entry = entry_function(module, args.entry).sym_name
-    try:
-        data = measure.measure(module, entry, choice.hardware, args.repeat, args.seed, args.threads, engine)
-    except measure.MeasurementUnavailable as exc:
-        raise UsageError(str(exc)) from None
-    write_output(None, json.dumps(data, indent=2) + "\n" if args.json else measure.format_measured_report(data, args.all_kernels))
-    wrong = [label for label, v in data["measured"].items() if not v["agrees"]]
-    if wrong:
-        print(
-            f"fusecc report: error: the {' and '.join(wrong)} program's results differ from the reference interpreter "
-            f"beyond the tolerance ({data['tolerance']:.0e} of the largest magnitude); this is a bug in fusecc",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL_ERROR
     return 0
 
 
