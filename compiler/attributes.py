@@ -102,6 +102,19 @@ class ArrayAttr(Attribute):
         return f"[{', '.join(map(str, self.elements))}]"
 
 
+def _immutable(array: np.ndarray) -> bool:
+    """Whether nothing can change the array's values: a contiguous read-only
+    view, through read-only arrays only, of a bytes object."""
+    if not (array.flags.c_contiguous and array.flags.aligned):
+        return False
+    base = array
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return isinstance(base, bytes)
+
+
 class DenseElementsAttr(Attribute):
     """`dense<...> : tensor<...>`: a constant tensor held as a numpy array.
 
@@ -128,8 +141,9 @@ class DenseElementsAttr(Attribute):
         else:
             if array.shape != tuple(type.shape):
                 array = np.broadcast_to(array, type.shape)
-            array = np.array(array, copy=True)
-            array.flags.writeable = False
+            if not _immutable(array):  # (a model's weights read from its file are not copied again)
+                array = np.array(array, copy=True)
+                array.flags.writeable = False
             self._splat = None
         self.type = type
         self.array = array
