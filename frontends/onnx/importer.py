@@ -162,7 +162,7 @@ def initializer_arrays(loaded: LoadedModel) -> dict[str, np.ndarray]:
     arrays = {}
     for tensor in loaded.proto.graph.initializer:
         found = loaded.external.get(tensor.name)
-        arrays[tensor.name] = found if found is not None else to_array(tensor)
+        arrays[tensor.name] = found if found is not None else to_array(tensor, loaded.raw.get(tensor.name))
     return arrays
 
 

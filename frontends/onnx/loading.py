@@ -82,6 +82,7 @@ class LoadedModel:
     opset: int
     external: dict[str, np.ndarray] = field(default_factory=dict)
     declared_bytes: int = 0
+    raw: dict[str, bytes] = field(default_factory=dict)  # initializers' inline raw_data, read once (a weight is megabytes)
 
 
 def element_size(onnx, data_type: int) -> int | None:
@@ -105,17 +106,20 @@ def declared_nbytes(onnx, tensor) -> int:
 _TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
 
 
-def check_inline(onnx, tensor, nbytes: int) -> None:
-    """Inline data holds exactly the declared number of elements."""
+def check_inline(onnx, tensor, nbytes: int) -> bytes | None:
+    """Inline data holds exactly the declared number of elements. Returns
+    the raw bytes, if any (each read of `raw_data` copies them)."""
     if tensor.HasField("raw_data"):
-        if len(tensor.raw_data) != nbytes:
-            raise ModelError(f"tensor '{tensor.name}' declares {nbytes} bytes {list(tensor.dims)} but holds {len(tensor.raw_data)}")
-        return
+        raw = tensor.raw_data
+        if len(raw) != nbytes:
+            raise ModelError(f"tensor '{tensor.name}' declares {nbytes} bytes {list(tensor.dims)} but holds {len(raw)}")
+        return raw
     count = math.prod(tensor.dims)
     held = max(len(getattr(tensor, f)) for f in _TYPED_FIELDS)
     # float16/bfloat16/bool/int8 values are packed one per int32 entry.
     if held != count and not (count == 0 and held == 0):
         raise ModelError(f"tensor '{tensor.name}' declares {count} elements {list(tensor.dims)} but holds {held}")
+    return None
 
 
 def check_external(onnx, tensor, folder: str, nbytes: int) -> ExternalTensor:
@@ -180,12 +184,16 @@ def load_model(path: str, budget: int | None = None) -> LoadedModel:
             f"(set {BUDGET_VARIABLE} or --memory-budget to allow it)"
         )
     external: dict[str, ExternalTensor] = {}
-    for tensor, nbytes in sizes:
+    raw: dict[str, bytes] = {}
+    initializers = len(proto.graph.initializer)  # all_tensors gives them first
+    for index, (tensor, nbytes) in enumerate(sizes):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             external[tensor.name] = check_external(onnx, tensor, folder, nbytes)
         else:
-            check_inline(onnx, tensor, nbytes)
-    loaded = LoadedModel(path, proto, opset, declared_bytes=declared)
+            data = check_inline(onnx, tensor, nbytes)
+            if data is not None and index < initializers:
+                raw[tensor.name] = data
+    loaded = LoadedModel(path, proto, opset, declared_bytes=declared, raw=raw)
     tensors = {t.name: t for t in all_tensors(proto.graph)}
     for name, where in external.items():
         dtype = np_dtype(tensors[name].data_type)

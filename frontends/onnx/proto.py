@@ -77,13 +77,13 @@ def np_dtype(data_type: int) -> np.dtype:
     return np.dtype(onnx_package().helper.tensor_dtype_to_np_dtype(data_type))
 
 
-def to_array(tensor) -> np.ndarray:
+def to_array(tensor, raw: bytes | None = None) -> np.ndarray:
     """A TensorProto's values (onnx.numpy_helper.to_array); raw little-endian
-    data is viewed in place, read-only."""
+    data is viewed in place, read-only. `raw`: its raw_data, already read."""
     dtype = NUMPY_DTYPES.get(tensor.data_type)
     plain = dtype is not None and sys.byteorder == "little" and tensor.data_location != _EXTERNAL and not tensor.HasField("segment")
     if plain and tensor.HasField("raw_data"):
-        return np.frombuffer(tensor.raw_data, dtype=dtype).reshape(tuple(tensor.dims))
+        return np.frombuffer(tensor.raw_data if raw is None else raw, dtype=dtype).reshape(tuple(tensor.dims))
     if plain and tensor.data_type in _TYPED_FIELD:
         return np.asarray(getattr(tensor, _TYPED_FIELD[tensor.data_type]), dtype=dtype).reshape(tuple(tensor.dims))
     return onnx_package().numpy_helper.to_array(tensor)
