@@ -13,7 +13,7 @@ import numpy as np
 
 # Per-op, against the interpreter (which uses numpy's float32 exp/log/tanh,
 # themselves up to 3 ulp from the exact value, and a float64 erf).
-ULP_TOLERANCE = {"exp": 4, "log": 4, "tanh": 4, "erf": 4, "pow": 2}
+ULP_TOLERANCE = {"exp": 4, "log": 4, "tanh": 4, "erf": 5, "pow": 2}  # erf: 4.51 ulp from the exact value, so <= 5 from the rounded one
 # Whole kernels containing those ops: |cpu - interp| <= KERNEL_RTOL * scale,
 # scale the largest magnitude in the result (sums and normalisations mix
 # values of that size, so their absolute rounding is relative to it).

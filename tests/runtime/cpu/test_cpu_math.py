@@ -43,13 +43,13 @@ def grid() -> np.ndarray:
     return np.concatenate([values, np.zeros(-len(values) % 64, np.float32)])
 
 
-def exp_kernel(n: int, lanes: int):
+def exp_kernel(n: int, lanes: int, function: str = "exp"):
     w = Writer()
     t = memref(n // lanes, lanes, f32)
-    with w.kernel("exp", [t, t]) as (x, out):
+    with w.kernel(function, [t, t]) as (x, out):
         with w.parallel([n // lanes], ["worker"]) as (row,):
             with w.parallel([lanes], ["vector"]) as (lane,):
-                w.store(w.unary("exp", w.load(x, row, lane)), out, row, lane)
+                w.store(w.unary(function, w.load(x, row, lane)), out, row, lane)
     return _single_kernel_module(w, w.ops[-1], [("x", t)], [("y", t)])
 
 
@@ -83,3 +83,65 @@ def test_exp_is_within_one_ulp_of_the_correctly_rounded_value(inputs):
     for x, y in specials.items():
         assert got[inputs == x][0] == y
     assert np.isnan(got[np.isnan(inputs)]).all()
+
+
+# erf: one f32 in 256 over [-4.5, 4.5] (8.4M values: every binade down to
+# 1e-38, erf's 1 - 2^-25 edge at 3.9192 and the clamp at 3.92), every f32
+# next to the edges, the special values and subnormals.
+ERF_EDGES = [3.9192059, 3.92, 1.0, 0.5, 1e-20, 1.1754944e-38, 0.0]
+ERF_SPECIAL = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-45, -1e-45, 3.4e38, -3.4e38, 10.0, -10.0]
+ERF_ULP = 5  # measured 4.56 over the dense sweep (math_functions.py, docs/cpu-target.md)
+
+
+def erf_grid() -> np.ndarray:
+    parts = [from_ordered(np.arange(ordered(-4.5), ordered(4.5), 256, dtype=np.int64))]
+    for edge in ERF_EDGES:
+        for e in (edge, -edge):
+            parts.append(from_ordered(np.arange(ordered(e) - 1024, ordered(e) + 1024, dtype=np.int64)))
+    values = np.concatenate(parts + [np.array(ERF_SPECIAL, np.float32)])
+    return np.concatenate([values, np.zeros(-len(values) % 64, np.float32)])
+
+
+@pytest.fixture(scope="module")
+def erf_inputs():
+    x = erf_grid()
+    want = np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(np.float64)
+    return x, want
+
+
+def check_erf(got: np.ndarray, x: np.ndarray, want: np.ndarray) -> None:
+    finite = np.isfinite(x)
+    error = np.abs(got[finite].astype(np.float64) - want[finite]) / np.spacing(np.abs(want[finite]).astype(np.float32))
+    worst = int(np.argmax(error))
+    assert error.max() <= ERF_ULP, f"erf({x[finite][worst]!r}) = {got[finite][worst]!r}, {error.max():.2f} ulp from {want[finite][worst]!r}"
+    assert np.nanmax(np.abs(got)) <= 1.0
+    assert (got[x == np.inf] == 1.0).all() and (got[x == -np.inf] == -1.0).all()
+    assert np.isnan(got[np.isnan(x)]).all() and not np.isnan(got[~np.isnan(x)]).any()
+    assert (np.signbit(got[~np.isnan(x)]) == np.signbit(x[~np.isnan(x)])).all()  # odd, -0 -> -0
+    assert (np.abs(got[np.abs(x) >= 3.92]) == 1.0).all()  # from the clamp on: exactly 1 (erf(inf) too)
+
+
+@pytest.mark.parametrize("lanes", [64, 16, 8, 1])
+def test_erf_is_within_a_few_ulp_of_float64_at_every_width(erf_inputs, lanes):
+    x, want = erf_inputs
+    (got,) = CompiledProgram(exp_kernel(len(x), lanes, "erf")).run([x.reshape(-1, lanes)])
+    check_erf(got.reshape(-1), x, want)
+
+
+def test_erf_with_the_reciprocal_estimate_matches_the_divider(erf_inputs):
+    """AVX-512 divides by Q with vrcp14ps and one FMA correction; the
+    portable expansion (isa=frozenset()) uses fdiv. Both stay in the bound,
+    and they differ by at most 1 ulp."""
+    x, want = erf_inputs
+    module = exp_kernel(len(x), 16, "erf")
+    portable = CompiledProgram(module, isa=frozenset())
+    assert "rcp14" not in portable.llvm.text and "fdiv" in portable.llvm.text
+    (b,) = portable.run([x.reshape(-1, 16)])
+    check_erf(b.reshape(-1), x, want)
+    if not {"avx512f", "avx512vl"} <= host_isa():
+        pytest.skip("the host has no AVX-512: only the portable expansion runs")
+    fast = CompiledProgram(module)
+    assert "llvm.x86.avx512.rcp14" in fast.llvm.text and "fdiv" not in fast.llvm.text
+    (a,) = fast.run([x.reshape(-1, 16)])
+    finite = np.isfinite(x)
+    assert ulp_distance(a.reshape(-1)[finite], b.reshape(-1)[finite]).max() <= 1
