@@ -190,15 +190,6 @@ class F32Ops:
         return self.fb.emit(f"shufflevector {ft} {a}, {ft} {b}, <{width} x i32> <{mask}>")
 
 
-def exp_in_range(ops: F32Ops, x: str) -> str:
-    """e^x for x in [-87, 88] (no clamping, no special values): 2^n e^r with
-    n = rint(x / ln2), r = x - n ln2 (Cody-Waite), 2^n built from its bits."""
-    n = ops.rint(ops.mul(x, ops.c(LOG2E)))
-    y = _exp_reduced(ops, x, n)
-    ni = ops.fb.emit(f"fptosi {ops.ft} {n} to {ops.it}")
-    return ops.mul(y, _power_of_two(ops, ni))
-
-
 def exp(ops: F32Ops, x: str) -> str:
     hi, lo = ops.c("88.72283935546875"), ops.c("-103.97208")
     if ops.has_scalef():
