@@ -15,9 +15,7 @@ when all their arguments have static shapes; others run per call.
 
 from __future__ import annotations
 
-import ctypes
 import threading
-import time
 from typing import Sequence
 
 import numpy as np
@@ -27,7 +25,8 @@ from fusecc.compiler.types import MemRefType, bf16, f64
 from fusecc.dialects import loop
 from fusecc.dialects.loop import ShapeMismatch, concrete_type, evaluate_size
 from fusecc.passes.backends.llvm.emit import written_arguments
-from fusecc.runtime.cpu.buffers import aligned_empty, aligned_zeros
+from fusecc.runtime.cpu.buffers import address_of, aligned_empty, aligned_zeros, output_arrays
+from fusecc.runtime.cpu.call_path import StepProgram, run_profiled
 from fusecc.runtime.cpu.load_time import argument_uses, load_time_launches
 from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffer
 from fusecc.runtime.reference import InterpreterError
@@ -100,7 +99,7 @@ class DynamicSchedulePlan:
         self._pristine = {v: b.copy() for v, b in self.constants.items()} if self.writes_constants else None
         self._bound: dict[tuple, list] = {}
         self.load_launches = len(at_load)
-        self.launches_at_load = frozenset(at_load)  # not among a call's steps (driver/measure.py counts those)
+        self.launches_at_load = frozenset(at_load)  # not among a call's steps (driver/measured_variants.py counts those)
         self._run_at_load(at_load)
 
     def _launches_at_load(self, schedule: loop.ScheduleOp) -> dict:
@@ -174,7 +173,7 @@ class DynamicSchedulePlan:
                     raise InterpreterError(f"loop.copy at {op.location} copies {src.byte_size} bytes into a {dst.byte_size}-byte buffer")
                 steps.append(("copy", (src_root, src_offset), (dst_root, dst_offset), src.byte_size))
         outputs = [slots[a][2] for a in schedule.output_args]
-        return [steps, outputs, fixed]
+        return [steps, outputs, fixed, StepProgram(steps, fixed, self.program.pool, n_inputs, len(outputs))]
 
     def run(self, inputs: Sequence[np.ndarray], profile: list | None = None) -> list[np.ndarray]:
         schedule = self.schedule
@@ -197,31 +196,19 @@ class DynamicSchedulePlan:
             self._bound[key] = bound  # most recently used last
             while len(self._bound) > BOUND_SHAPES:
                 del self._bound[next(iter(self._bound))]
-            steps, output_types, fixed = bound
-            outputs = [aligned_empty(t.byte_size).view(storage_dtype(t)).reshape(t.shape) for t in output_types]
+            steps, output_types, fixed, call = bound
+            outputs, output_addresses = output_arrays(output_types)
             if self.writes_constants:
                 for v, pristine in self._pristine.items():
                     self.constants[v][:] = pristine
-            bases = dict(fixed)
-            for i, b in enumerate(buffers):
-                bases[("input", i)] = b.ctypes.data
-            for i, b in enumerate(outputs):
-                bases[("output", i)] = b.ctypes.data
-            run_pieces = self.program.pool.run_pieces
-            for step in steps:
-                start = time.perf_counter() if profile is not None else 0.0
-                if step[0] == "launch":
-                    _, kernel, args, varying, pieces = step
-                    if varying:
-                        args = args.copy()
-                        for index, root, offset in varying:
-                            args[index] = bases[root] + offset
-                    run_pieces(kernel.function, args, pieces)
-                else:
-                    _, (src_root, src_offset), (dst_root, dst_offset), nbytes = step
-                    ctypes.memmove(bases[dst_root] + dst_offset, bases[src_root] + src_offset, nbytes)
-                if profile is not None:
-                    profile.append((step[1].abi.name if step[0] == "launch" else "copy", time.perf_counter() - start))
+            input_addresses = [address_of(b) for b in buffers]
+            if profile is None:
+                call.run(input_addresses, output_addresses)
+            else:
+                bases = dict(fixed)
+                bases.update({("input", i): a for i, a in enumerate(input_addresses)})
+                bases.update({("output", i): a for i, a in enumerate(output_addresses)})
+                run_profiled(steps, self.program.pool, bases, profile)
         return [from_buffer(b, t) if t.element_type is bf16 else b for b, t in zip(outputs, output_types)]
 
 

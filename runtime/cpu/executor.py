@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
@@ -29,7 +28,8 @@ from fusecc.runtime.loop_interpreter import from_buffer, storage_dtype, to_buffe
 from fusecc.runtime.reference import InterpreterError
 
 from fusecc.runtime.cpu import jit
-from fusecc.runtime.cpu.buffers import aligned_empty, aligned_zeros
+from fusecc.runtime.cpu.buffers import address_of, aligned_empty, aligned_zeros, output_arrays
+from fusecc.runtime.cpu.call_path import StepProgram, run_profiled
 from fusecc.runtime.cpu.dynamic import DynamicSchedulePlan, kernel_arguments, worker_extent
 from fusecc.runtime.cpu.load_time import load_time_launches
 
@@ -187,6 +187,9 @@ class CompiledProgram:
     def prepare(self, entry: str | None = None) -> "SchedulePlan | DynamicSchedulePlan":
         """The resolved schedule (default @main, else the first), made on
         first use: buffers placed, constants copied, constant launches run."""
+        plan = self._plans.get(entry)
+        if plan is not None:  # every call after the first: no walk over the module
+            return plan
         names = self.schedule_names()
         if entry is None:
             if not names:
@@ -310,18 +313,20 @@ class SchedulePlan:
         self._pristine = [c.copy() for c in self.constants] if self.constants_written else None
         self.load_launches = len(load_steps)
         self._run_at_load(load_steps)
+        # per input: name, type, storage dtype, whether an array in storage form is used in place
+        self._input_specs = [(name, t, storage_dtype(t), t.element_type not in (bf16, f64) and i not in self.inputs_written)
+                             for i, (name, t) in enumerate(zip(layout.input_names, layout.input_types))]
         self._bound = self._bind_steps()
+        self._call = StepProgram(self._bound, self._fixed_addresses(), program.pool, len(layout.input_types), len(layout.output_types))
 
     def _bind_steps(self) -> list[tuple]:
         """The steps with what does not change between calls worked out once
         (per-call Python overhead, issue 11.2): arena, constant and packed
         addresses are fixed, only input and output addresses vary, and the
         pieces a launch is split into depend only on the kernel and the pool.
-        Launch: ("launch", function, args with fixed addresses filled,
-        [(index, root, offset) to fill per call], pieces)."""
-        fixed = {("arena",): self.arena.ctypes.data}
-        fixed.update({("const", i): c.ctypes.data for i, c in enumerate(self.constants)})
-        fixed.update({("packed", i): p.ctypes.data for i, p in enumerate(self.packed)})
+        In call_path.py's form: ("launch", kernel, args with fixed addresses
+        filled, [(index, root, offset) to fill per call], pieces) or the copy."""
+        fixed = self._fixed_addresses()
         bound = []
         for step in self.steps:
             if step[0] != "launch":
@@ -331,8 +336,14 @@ class SchedulePlan:
             args = [fixed.get(root, 0) + offset for root, offset in slots]
             varying = [(i, root, offset) for i, (root, offset) in enumerate(slots) if root not in fixed]
             pieces = self.program.pool.pieces(kernel.abi.worker_extent, kernel.abi.work_per_iteration)
-            bound.append(("launch", kernel.function, args, varying, pieces))
+            bound.append(("launch", kernel, args, varying, pieces))
         return bound
+
+    def _fixed_addresses(self) -> dict:
+        fixed = {("arena",): self.arena.ctypes.data}
+        fixed.update({("const", i): c.ctypes.data for i, c in enumerate(self.constants)})
+        fixed.update({("packed", i): p.ctypes.data for i, p in enumerate(self.packed)})
+        return fixed
 
     def _run_at_load(self, steps: list[tuple]) -> None:
         """Run the launches that read only constants, once. Arguments they
@@ -350,46 +361,38 @@ class SchedulePlan:
         inputs = list(inputs)
         if len(inputs) != len(layout.input_types):
             raise InterpreterError(f"@{layout.name} takes {len(layout.input_types)} inputs, got {len(inputs)}")
-        buffers = []
-        for i, (name, t, array) in enumerate(zip(layout.input_names, layout.input_types, inputs)):
-            if tuple(np.shape(array)) != t.shape:
-                raise InterpreterError(f"input {name} has shape {list(np.shape(array))}, expected {list(t.shape)}")
+        buffers, addresses = [], []
+        for (name, t, dtype, in_place), array in zip(self._input_specs, inputs):
             array = np.asarray(array)
+            if array.shape != t.shape:
+                raise InterpreterError(f"input {name} has shape {list(array.shape)}, expected {list(t.shape)}")
             # to_buffer is the interpreter's conversion; an array already in
             # storage form (every dtype but f64, which passes through f32) is used in place
-            if t.element_type in (bf16, f64) or array.dtype != storage_dtype(t) or not array.flags.c_contiguous or i in self.inputs_written:
+            if not in_place or array.dtype != dtype or not array.flags.c_contiguous:
                 array = to_buffer(array, t)
-            buffers.append(array)
-        outputs = [aligned_empty(t.byte_size).view(storage_dtype(t)).reshape(t.shape) for t in layout.output_types]
-        bases = {("arena",): self.arena.ctypes.data}
-        if self.constants_written:  # a kernel writes into a constant: every run starts from its value
-            for buffer, pristine in zip(self.constants, self._pristine):
-                buffer[:] = pristine
-        for i, c in enumerate(self.constants):
-            bases[("const", i)] = c.ctypes.data
-        for i, p in enumerate(self.packed):
-            bases[("packed", i)] = p.ctypes.data
-        for i, b in enumerate(buffers):
-            bases[("input", i)] = b.ctypes.data
-        for i, b in enumerate(outputs):
-            bases[("output", i)] = b.ctypes.data
-        run_pieces = self.program.pool.run_pieces
-        with self.lock:
-            for step, bound in zip(self.steps, self._bound):
-                start = time.perf_counter() if profile is not None else 0.0
-                if bound[0] == "launch":
-                    _, function, args, varying, pieces = bound
-                    if varying:
-                        args = args.copy()
-                        for index, root, offset in varying:
-                            args[index] = bases[root] + offset
-                    run_pieces(function, args, pieces)
-                else:
-                    _, (src_root, src_offset), (dst_root, dst_offset), nbytes = step
-                    ctypes.memmove(bases[dst_root] + dst_offset, bases[src_root] + src_offset, nbytes)
-                if profile is not None:
-                    profile.append((step[1].abi.name if step[0] == "launch" else "copy", time.perf_counter() - start))
+            buffers.append(array)  # alive until the call returns
+            addresses.append(address_of(array))
+        outputs, output_addresses = output_arrays(layout.output_types)
+        self.call(addresses, output_addresses, profile)
         return [from_buffer(b, t) if t.element_type is bf16 else b for b, t in zip(outputs, layout.output_types)]
+
+    def call(self, input_addresses: Sequence[int], output_addresses: Sequence[int], profile: list | None = None) -> None:
+        """Run on buffers given by address, which the caller has checked
+        (what `run` does for arrays; the torch backend passes tensors'
+        data pointers): inputs contiguous, of the schedule's shapes, in
+        storage layout, none in `inputs_written`; outputs the same and
+        64-byte aligned (the emitted code assumes it)."""
+        with self.lock:
+            if self.constants_written:  # a kernel writes into a constant: every run starts from its value
+                for buffer, pristine in zip(self.constants, self._pristine):
+                    buffer[:] = pristine
+            if profile is None:
+                self._call.run(input_addresses, output_addresses)
+            else:
+                bases = self._fixed_addresses()
+                bases.update({("input", i): a for i, a in enumerate(input_addresses)})
+                bases.update({("output", i): a for i, a in enumerate(output_addresses)})
+                run_profiled(self._bound, self.program.pool, bases, profile)
 
 
 _programs: dict[tuple[str, str, str], CompiledProgram] = {}

@@ -1,7 +1,9 @@
 """Constant weights reaching a CPU matmul are packed once, when the program
 is loaded, never per call (runtime/cpu/load_time.py).
 
-Counts kernel runs through a counting worker pool (no timing), and checks
+Counts kernel runs through a counting worker pool (no timing; calls are
+profiled, which sends every launch through the pool, where an unprofiled
+call on one thread is one native call, runtime/cpu/call_path.py), and checks
 the results against the reference and against the same program with the
 weights as arguments (packed per call)."""
 
@@ -92,8 +94,9 @@ def test_constant_weights_are_packed_once_across_calls(resource_module, weights)
     assert runs_by_kernel(program, pool)["fused_0_matmul_pack_b"] == 1  # at load, before any call
     for _ in range(3):
         x = RNG.standard_normal((32, 1024)).astype(np.float32)
-        (got,) = program.run([x], "main")
+        (got,) = program.run([x], "main", profile=[])  # profiled: each step through the pool, which counts it
         np.testing.assert_allclose(got, evaluate(reference, "main", [x, WEIGHT, BIAS])[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(program.run([x], "main")[0], got)  # the same steps as one native call (call_path.py)
     runs = runs_by_kernel(program, pool)
     assert runs["fused_0_matmul_pack_b"] == 1
     assert runs["fused_0_matmul"] == 3 and "fused_0_matmul_pack_a" not in runs  # A is an input, read in place
@@ -104,7 +107,7 @@ def test_weights_as_arguments_are_still_packed_per_call_with_the_same_results(re
     program, pool = compiled(parse_module(AS_ARGUMENTS))
     x = RNG.standard_normal((32, 1024)).astype(np.float32)
     for _ in range(2):
-        (got,) = program.run([x, WEIGHT, BIAS], "main")
+        (got,) = program.run([x, WEIGHT, BIAS], "main", profile=[])
     assert runs_by_kernel(program, pool)["fused_0_matmul_pack_b"] == 2
     (packed_at_load,) = constant.run([x], "main")
     np.testing.assert_array_equal(packed_at_load, got)  # the same kernels on the same panels: bit for bit
