@@ -118,18 +118,76 @@ def to_array(t: torch.Tensor) -> np.ndarray:
 
 def _runner(program, devices, kept: list[int], result_dtypes: list, guard: "_FreezeGuard | None"):
     device = devices[0] if devices else torch.device("cpu")
+    direct = _DirectCall.of(program, result_dtypes) if device.type == "cpu" else None
 
     def run(*args):
-        nonlocal program
+        nonlocal program, direct
         if guard is not None and guard.changed(args):
             program = guard.refreeze(args)
+            direct = _DirectCall.of(program, result_dtypes) if device.type == "cpu" else None
         args = [args[i] for i in kept]  # frozen weights are in the program already
+        if direct is not None:
+            outs = direct(args)
+            if outs is not None:
+                return outs
         results = program(*[to_array(a) if isinstance(a, torch.Tensor) else np.asarray(a) for a in args])
         outs = [torch.from_numpy(np.asarray(r)) for r in results.values()]  # fresh arrays per call: shared, not copied
         outs = [o.to(dtype) if dtype == torch.bfloat16 else o for o, dtype in zip(outs, result_dtypes)]  # bf16 comes back as f32 values
         return [o.to(device) if device.type != "cpu" else o for o in outs]
 
     return run
+
+
+# fusecc element type -> the torch dtype whose memory is its storage layout (bf16: the same 16-bit patterns)
+_STORAGE_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
+                   "i8": torch.int8, "i1": torch.bool}
+
+
+class _DirectCall:
+    """A static CPU program run on the tensors' own memory: their data
+    pointers go to the executor (SchedulePlan.call) with no arrays made and
+    no Program.__call__, whose checks are made here against the schedule's
+    types; outputs are fresh arrays shared with torch. Per-call Python
+    overhead, issues 11.2 and 15.4. `__call__` returns None where a tensor
+    does not fit (dtype, shape, layout, device): the general path takes it."""
+
+    def __init__(self, plan, inputs: list[tuple], outputs: list, output_arrays):
+        """inputs: (shape, torch dtype) each; outputs: torch.bfloat16 where
+        the storage array is reinterpreted as bf16, else None."""
+        self.plan, self.inputs, self.outputs, self.output_arrays = plan, inputs, outputs, output_arrays
+
+    @staticmethod
+    def of(program, result_dtypes: list) -> "_DirectCall | None":
+        """For a program on fusecc's CPU target whose schedule is static,
+        writes no input, and takes and gives dtypes torch shares; else None."""
+        from fusecc.runtime.cpu.buffers import output_arrays
+        from fusecc.runtime.cpu.executor import CompiledProgram, SchedulePlan
+
+        compiled = getattr(program, "_compiled", None)
+        if program.target != "cpu" or not isinstance(compiled, CompiledProgram):
+            return None
+        plan = compiled.prepare(program.entry)
+        if not isinstance(plan, SchedulePlan) or plan.inputs_written:
+            return None
+        layout = plan.layout
+        inputs = [(tuple(t.shape), _STORAGE_DTYPES.get(t.element_type.name)) for t in layout.input_types]
+        outputs = [_STORAGE_DTYPES.get(t.element_type.name) for t in layout.output_types]
+        if None in outputs or any(dtype is None for _, dtype in inputs) or outputs != list(result_dtypes):
+            return None
+        return _DirectCall(plan, inputs, [dtype if dtype is torch.bfloat16 else None for dtype in outputs], output_arrays)
+
+    def __call__(self, tensors: list):
+        if len(tensors) != len(self.inputs):
+            return None
+        addresses = []
+        for t, (shape, dtype) in zip(tensors, self.inputs):
+            if not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.shape != shape or not t.is_cpu or not t.is_contiguous():
+                return None
+            addresses.append(t.data_ptr())
+        arrays, pointers = self.output_arrays(self.plan.layout.output_types)
+        self.plan.call(addresses, pointers)  # the tensors stay alive (the caller holds them) until it returns
+        outs = [torch.from_numpy(a) for a in arrays]
+        return [o.view(bf16) if bf16 is not None else o for o, bf16 in zip(outs, self.outputs)]
 
 
 def _result_dtypes(graph_module) -> list:
