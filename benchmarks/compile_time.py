@@ -12,7 +12,10 @@ beforehand, so a cold compile includes importing it.
   LLVM objects, no parser tables on disk; nothing in memory);
 - warm: a second process on the folder the cold one filled: what a second
   `python app.py` sees (driver/program_cache.py: the compiled program is
-  loaded, the model is neither imported nor compiled).
+  loaded, the model is neither imported nor compiled; the model file's
+  digest is remembered from the cold process, by the file's inode, size and
+  times, unless the file was written within 2 s before: the exported
+  models are left to settle that long before the first sample).
 Samples are interleaved (each round visits the models in a rotated order)
 and reported as medians with their range. `--trees` compares installs of
 fusecc (folders put first on PYTHONPATH, e.g. `pip install --target DIR .`
@@ -42,6 +45,9 @@ from pathlib import Path
 SHAPE = (1, 128)
 RESULTS = Path(__file__).resolve().parent / "results"
 FIGURES = ("fusecc.compile", "cpu")
+# A file changed within 2 s before it is hashed has its digest hashed again
+# by the next process (driver/program_cache.py RACY_SECONDS).
+SETTLE_SECONDS = 2.5
 
 
 def child(path: str, shaped: bool) -> dict:
@@ -62,6 +68,7 @@ def child(path: str, shaped: bool) -> dict:
         "cpu": cpu,
         "from cache": getattr(program.stats, "from_cache", False),  # (absent before the program cache)
         "onnx imported": "onnx" in sys.modules,
+        "load": os.getloadavg()[0],
         "phases": program.stats.phases,
         "kernels": len(program.kernels),
     }
@@ -110,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: dict[tuple[str, str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="fusecc-compile-time-") as tmp:
         found = models([int(n) for n in args.layers.split(",") if n], Path(tmp), args.dynamic)
+        time.sleep(SETTLE_SECONDS)
         for r in range(args.repeats):
             for name, path, shaped in found[r % len(found):] + found[: r % len(found)]:  # rotating order
                 for label, tree in trees[r % len(trees):] + trees[: r % len(trees)]:
@@ -119,15 +127,16 @@ def main(argv: list[str] | None = None) -> int:
                         samples.setdefault((label, name, state), []).append(sample)
                         print(f"round {r} {label} {name} {state}: {sample['fusecc.compile']:.3f} s wall, {sample['cpu']:.3f} s CPU, from cache {sample['from cache']}", flush=True)
     rows = []
-    print(f"\n| tree | model | state | fusecc.compile, wall (s) | CPU (s) | from cache | onnx imported |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n| tree | model | state | fusecc.compile, wall (s) | CPU (s) | from cache | onnx imported | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|")
     for (label, name, state), runs in sorted(samples.items(), key=lambda item: (item[0][1], item[0][2], item[0][0])):
         row = {"tree": label, "model": name, "state": state, "samples": runs}
         row.update({figure: [run[figure] for run in runs] for figure in FIGURES})
         rows.append(row)
         hits = sum(run["from cache"] for run in runs)
         onnx = sum(run["onnx imported"] for run in runs)
-        print(f"| {label} | {name} | {state} | {summary(row['fusecc.compile'])} | {summary(row['cpu'])} | {hits}/{len(runs)} | {onnx}/{len(runs)} |")
+        loads = [run.get("load", float("nan")) for run in runs]
+        print(f"| {label} | {name} | {state} | {summary(row['fusecc.compile'])} | {summary(row['cpu'])} | {hits}/{len(runs)} | {onnx}/{len(runs)} | {min(loads):.1f}–{max(loads):.1f} |")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"shape": SHAPE, "repeats": args.repeats, "load average": os.getloadavg(), "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.json}")

@@ -21,7 +21,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import mmap
 import os
 import threading
 import time
@@ -79,10 +78,13 @@ def _status_key(status: os.stat_result) -> str:
 
 
 def _hash_file(f) -> str:
+    # Through one small buffer: no allocation or page faults per block
+    # (cheaper than hashing an mmap of it); hashlib lets go of the GIL.
     h = hashlib.sha256()
-    if os.fstat(f.fileno()).st_size:  # hashed from the page cache, without a copy (hashlib lets go of the GIL)
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            h.update(mapped)
+    block = bytearray(1 << 18)
+    view = memoryview(block)
+    while read := f.readinto(block):
+        h.update(view[:read])
     return h.hexdigest()
 
 
