@@ -29,7 +29,8 @@ import lark
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import FileLineColLoc
-from fusecc.compiler.ir import Block, Operation, Region, VerifyError, lookup_op_class
+from fusecc.compiler.ir import Block, Operation, Region, VerifyError
+from fusecc.compiler.op_definitions import lookup_op_class
 from fusecc.compiler.literals import LiteralReader, _attribute_dicts
 from fusecc.compiler.syntax import OpSyntax, lark_parser, set_grammar_store, syntax_error, token_piece
 from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, bind_named_results, has_unbound, refine_results, type_compatible

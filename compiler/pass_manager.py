@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable
 
 from fusecc.compiler.diagnostics import DiagnosticEngine, DiagnosticError, InternalCompilerError, located_bug
-from fusecc.compiler.ir import Operation, lookup_op_class
+from fusecc.compiler.ir import Operation
+from fusecc.compiler.op_definitions import lookup_op_class
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.verifier import verify
 

@@ -10,7 +10,8 @@ blocks end in a terminator where the parent needs one.
 from __future__ import annotations
 
 from fusecc.compiler.diagnostics import Diagnostic, DiagnosticError, Severity
-from fusecc.compiler.ir import BlockArgument, Operation, OpResult, VerifyError, check_operand_count
+from fusecc.compiler.ir import BlockArgument, Operation, OpResult, VerifyError
+from fusecc.compiler.op_definitions import check_operand_count
 from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, Terminator
 from fusecc.compiler.types import format_result_types, type_compatible
 

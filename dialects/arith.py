@@ -15,7 +15,8 @@ integers are signed; `max`/`min` of floats follow fmaxf/fminf.
 from __future__ import annotations
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.ir import ANY, REQUIRED, STRING, AttrDef, Operation, OperandDef, ResultDef, VerifyError, register_op
+from fusecc.compiler.ir import Operation, VerifyError
+from fusecc.compiler.op_definitions import ANY, REQUIRED, STRING, AttrDef, OperandDef, ResultDef, register_op
 from fusecc.compiler.traits import Commutative, ConstantLike, Pure
 from fusecc.compiler.types import ScalarType, Type, i1
 

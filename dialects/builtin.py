@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fusecc.compiler.diagnostics import error
-from fusecc.compiler.ir import STRING, AttrDef, Block, Operation, Region, register_op
+from fusecc.compiler.ir import Block, Operation, Region
+from fusecc.compiler.op_definitions import STRING, AttrDef, register_op
 from fusecc.compiler.traits import IsolatedFromAbove, NoTerminator, Symbol, SymbolTable
 
 

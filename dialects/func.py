@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.ir import (
-    REQUIRED,
-    STRING,
-    SYMBOL,
-    TYPE,
-    AttrDef,
-    Block,
-    Operation,
-    OperandDef,
-    Region,
-    ResultDef,
-    VerifyError,
-    lookup_symbol,
-    register_op,
-)
+from fusecc.compiler.ir import Block, Operation, Region, VerifyError
+from fusecc.compiler.op_definitions import REQUIRED, STRING, SYMBOL, TYPE, AttrDef, OperandDef, ResultDef, register_op
+from fusecc.compiler.symbols import lookup_symbol
 from fusecc.compiler.traits import IsolatedFromAbove, Symbol, Terminator
 from fusecc.compiler.dim_binding import DIMS_ATTR, bind_arguments, has_unbound, same_spelling, type_compatible
 from fusecc.compiler.dims import free_symbols

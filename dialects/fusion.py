@@ -17,20 +17,8 @@ shared memory.
 from __future__ import annotations
 
 from fusecc.compiler.dim_binding import type_compatible
-from fusecc.compiler.ir import (
-    INT,
-    REQUIRED,
-    STRING,
-    AttrDef,
-    Block,
-    Operation,
-    OperandDef,
-    Region,
-    ResultDef,
-    Value,
-    VerifyError,
-    register_op,
-)
+from fusecc.compiler.ir import Block, Operation, Region, Value, VerifyError
+from fusecc.compiler.op_definitions import INT, REQUIRED, STRING, AttrDef, OperandDef, ResultDef, register_op
 from fusecc.compiler.traits import IsolatedFromAbove, Pure, Terminator
 
 GROUP_KINDS = ("elementwise", "injective", "reduction", "matmul", "horizontal", "attention", "opaque")

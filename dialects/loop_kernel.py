@@ -12,7 +12,8 @@ host schedule is `loop_schedule.py`, vector and async copies
 from __future__ import annotations
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.ir import (
+from fusecc.compiler.ir import Block, Operation, Region, VerifyError
+from fusecc.compiler.op_definitions import (
     ANY,
     DENSE,
     INT,
@@ -21,12 +22,8 @@ from fusecc.compiler.ir import (
     STRING,
     STRING_ARRAY,
     AttrDef,
-    Block,
-    Operation,
     OperandDef,
-    Region,
     ResultDef,
-    VerifyError,
     register_op,
 )
 from fusecc.compiler.traits import IsolatedFromAbove, Pure, Symbol, Terminator

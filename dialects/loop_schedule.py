@@ -13,7 +13,8 @@ sizes and offsets are expressions of the schedule's named dims
 from __future__ import annotations
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.ir import (
+from fusecc.compiler.ir import Block, Operation, Region, VerifyError
+from fusecc.compiler.op_definitions import (
     ANY,
     REQUIRED,
     STRING,
@@ -21,15 +22,11 @@ from fusecc.compiler.ir import (
     SYMBOL,
     AttrDef,
     AttrKind,
-    Block,
-    Operation,
     OperandDef,
-    Region,
     ResultDef,
-    VerifyError,
-    lookup_symbol,
     register_op,
 )
+from fusecc.compiler.symbols import lookup_symbol
 from fusecc.compiler.shape_expr import ShapeExprError, parse_shape_expr
 from fusecc.compiler.traits import IsolatedFromAbove, Pure, Symbol
 from fusecc.compiler.types import MemRefType

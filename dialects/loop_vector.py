@@ -32,7 +32,8 @@ cuda_cpu_async.h) so that the sanitizer sees a read before the wait.
 
 from __future__ import annotations
 
-from fusecc.compiler.ir import INT, AttrDef, OperandDef, Operation, ResultDef, VerifyError, register_op
+from fusecc.compiler.ir import Operation, VerifyError
+from fusecc.compiler.op_definitions import INT, AttrDef, OperandDef, ResultDef, register_op
 from fusecc.compiler.types import MemRefType, i1
 from fusecc.dialects.loop import KernelOp, LoadOp, StoreOp, expect_index, expect_memref
 

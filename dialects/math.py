@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from fusecc.compiler.ir import Operation, OperandDef, ResultDef, VerifyError, register_op
+from fusecc.compiler.ir import Operation, VerifyError
+from fusecc.compiler.op_definitions import OperandDef, ResultDef, register_op
 from fusecc.compiler.traits import Pure
 from fusecc.compiler.types import FloatType
 

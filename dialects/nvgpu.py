@@ -36,7 +36,8 @@ from typing import Callable
 
 import numpy as np
 
-from fusecc.compiler.ir import REQUIRED, STRING, AttrDef, Operation, OperandDef, ResultDef, VerifyError, register_op
+from fusecc.compiler.ir import Operation, VerifyError
+from fusecc.compiler.op_definitions import REQUIRED, STRING, AttrDef, OperandDef, ResultDef, register_op
 from fusecc.compiler.types import ScalarType, f32, round_to_bf16
 from fusecc.dialects import loop
 

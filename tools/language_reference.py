@@ -18,7 +18,7 @@ END = "<!-- END GENERATED OP TABLE -->"
 
 
 def tensor_ops() -> dict[str, type]:
-    from fusecc.compiler.ir import OP_REGISTRY
+    from fusecc.compiler.op_definitions import OP_REGISTRY
     import fusecc.dialects.tensor  # noqa: F401  (registers the ops)
 
     return {name: cls for name, cls in sorted(OP_REGISTRY.items()) if name.startswith("tensor.")}
@@ -32,7 +32,7 @@ def _operands(cls) -> str:
 
 
 def _attributes(cls) -> str:
-    from fusecc.compiler.ir import REQUIRED
+    from fusecc.compiler.op_definitions import REQUIRED
 
     parts = []
     for attr in cls.attr_defs:

@@ -8,7 +8,8 @@ from typing import Sequence
 import numpy as np
 
 from fusecc.compiler import attributes as A
-from fusecc.compiler.ir import REQUIRED, Operation, ResultDef, VerifyError
+from fusecc.compiler.ir import Operation, VerifyError
+from fusecc.compiler.op_definitions import REQUIRED, ResultDef
 from fusecc.compiler.types import ScalarType, TensorType, Type, broadcast_shapes, i1
 
 

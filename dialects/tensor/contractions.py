@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from fusecc.compiler.ir import BOOL, FLOAT, AttrDef, OperandDef, VerifyError, register_op
+from fusecc.compiler.ir import VerifyError
+from fusecc.compiler.op_definitions import BOOL, FLOAT, AttrDef, OperandDef, register_op
 from fusecc.compiler.traits import Composite, Contraction, Pure
 from fusecc.compiler.dims import dims_equal, require_equal
 from fusecc.compiler.types import TensorType, broadcast_shapes

@@ -10,7 +10,8 @@ import numpy as np
 from fusecc.compiler import attributes as A
 from fusecc.compiler.diagnostics import UNKNOWN_LOC, Location
 from fusecc.compiler.dims import is_unbound
-from fusecc.compiler.ir import DENSE, REQUIRED, STRING, AttrDef, OperandDef, VerifyError, register_op
+from fusecc.compiler.ir import VerifyError
+from fusecc.compiler.op_definitions import DENSE, REQUIRED, STRING, AttrDef, OperandDef, register_op
 from fusecc.compiler.traits import Broadcasting, Commutative, ConstantLike, Elementwise, Pure
 from fusecc.compiler.types import TensorType, i1
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from fusecc.compiler.dims import dim_symbol, dims_equal, is_static, is_unbound, normalize_dim, product, require_equal, require_whole, sympy
 from fusecc.compiler import attributes as A
-from fusecc.compiler.ir import AttrKind, INT, INT_ARRAY, REQUIRED, AttrDef, OperandDef, VerifyError, register_op
+from fusecc.compiler.ir import VerifyError
+from fusecc.compiler.op_definitions import AttrKind, INT, INT_ARRAY, REQUIRED, AttrDef, OperandDef, register_op
 from fusecc.compiler.traits import Broadcasting, Injective, Pure
 from fusecc.compiler.types import TensorType, broadcast_shapes, i32, i64
 

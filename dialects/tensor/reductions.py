@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusecc.compiler.ir import BOOL, FLOAT, INT, INT_ARRAY, AttrDef, OperandDef, VerifyError, register_op
+from fusecc.compiler.ir import VerifyError
+from fusecc.compiler.op_definitions import BOOL, FLOAT, INT, INT_ARRAY, AttrDef, OperandDef, register_op
 from fusecc.compiler.traits import Composite, Pure, Reduction
 from fusecc.compiler.types import TensorType, broadcast_shapes
 

@@ -7,21 +7,9 @@ import pytest
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
-from fusecc.compiler.ir import (
-    INT,
-    REQUIRED,
-    AttrDef,
-    Block,
-    Operation,
-    OperandDef,
-    Region,
-    ResultDef,
-    VerifyError,
-    check_operand_count,
-    defined_above,
-    lookup_op_class,
-    lookup_symbol,
-)
+from fusecc.compiler.ir import Block, Operation, Region, VerifyError, defined_above
+from fusecc.compiler.op_definitions import INT, REQUIRED, AttrDef, OperandDef, ResultDef, check_operand_count, lookup_op_class
+from fusecc.compiler.symbols import lookup_symbol
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.traits import Commutative, Elementwise, Pure
 from fusecc.compiler.types import FunctionType, TensorType, f32, i1

@@ -40,7 +40,7 @@ def test_the_ci_slice_passes_on_every_target(seeds):
 
 def test_the_generator_covers_every_op_of_the_tensor_dialect():
     import fusecc  # registers the dialects
-    from fusecc.compiler.ir import OP_REGISTRY
+    from fusecc.compiler.op_definitions import OP_REGISTRY
 
     kinds = collections.Counter()
     features = collections.Counter()

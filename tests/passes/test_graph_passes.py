@@ -8,7 +8,7 @@ import pytest
 
 from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder, InsertionPoint
-from fusecc.compiler.ir import OperandDef, ResultDef
+from fusecc.compiler.op_definitions import OperandDef, ResultDef
 from fusecc.compiler.parser import parse_module
 from fusecc.compiler.pass_manager import PassContext, PipelineError, list_passes, parse_pipeline, run_pipeline
 from fusecc.compiler.printer import print_op
