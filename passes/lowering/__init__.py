@@ -7,8 +7,10 @@
   kernel_builder.py     loop nests and the GPU/CPU kernel skeletons, parts
   elementwise.py        elementwise/injective parts
   reduction_analysis.py reductions and composites as stats in levels
-  reduction.py          row kernels, split rows, staged fallback; the template of
-                        elementwise, injective, reduction and opaque groups
+  reduction_walkers.py  combining, and how a row is walked (GPU threads, CPU lanes)
+  reduction_rows.py     row kernels and split rows
+  reduction.py          staged fallback; the template of elementwise, injective,
+                        reduction and opaque groups
   horizontal.py         independent parts in one kernel
   matmul.py, attention.py  (their own authors) matmul and attention templates
   driver.py             `lower-to-loops`: kernels and one host schedule per function

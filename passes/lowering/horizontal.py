@@ -30,7 +30,7 @@ from fusecc.dialects.fusion import GroupOp, YieldOp
 from fusecc.passes.lowering.elementwise import Output, elementwise_parts
 from fusecc.passes.lowering.interface import TEMPLATES, ArgRef, Launch, LoweredGroup, group_io_kernel, input_buffers, output_buffers, template
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, Part, build_kernel
-from fusecc.passes.lowering.reduction import NotRowLocal, row_part, row_plan
+from fusecc.passes.lowering.reduction_rows import NotRowLocal, row_part, row_plan
 from fusecc.passes.lowering.reduction_analysis import analyse_ops
 from fusecc.passes.tiling.parts import horizontal_parts
 from fusecc.passes.tiling.geometry import Overrides, TileConfig, analysis_geometry, elementwise_block, rows_config
