@@ -47,7 +47,7 @@ from fusecc.compiler.printer import print_op
 from fusecc.compiler.types import FunctionType
 from fusecc.dialects import func as F
 from fusecc.driver.kernel_work import kernel_work
-from fusecc.driver.measure import PROGRAM_RTOL, compare, input_dims
+from fusecc.driver.measured_call import PROGRAM_RTOL, compare, input_dims
 from fusecc.driver.pipelines import is_loop_level, pipeline_for_level
 from fusecc.driver.specialise import specialise
 from fusecc.passes.fusion.fuse import Fuse

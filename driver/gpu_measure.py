@@ -2,7 +2,7 @@
 
 Both compile a loop-level module (GPU-mapped, tuned for `gpu`) to the CUDA C
 and manifest that `fusecc run --target cuda` launches, and return a
-`measure.Runnable` whose `run(..., profile=[])` appends (step name, seconds)
+`measurers.Runnable` whose `run(..., profile=[])` appends (step name, seconds)
 per launch, in schedule order (a `loop.copy` is a copy kernel's launch):
 
 * `CudaEventsMeasurer`: on the GPU, a pair of CUDA events around each
@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from fusecc.compiler.ir import Operation
-from fusecc.driver.measure import schedule_steps
+from fusecc.driver.measured_variants import schedule_steps
 
 GPU_ARCH = {"h200": "sm_90", "a100": "sm_80"}
 
@@ -127,18 +127,18 @@ class CudaSimMeasurer:
 
 def measurer_for(target: str, gpu: str | None, threads: int | None = None):
     """The measurer of a `--target` (cpu, cuda, cuda-sim), or raise
-    measure.MeasurementUnavailable saying why it cannot run here."""
-    from fusecc.driver import measure
+    measurers.MeasurementUnavailable saying why it cannot run here."""
+    from fusecc.driver import measurers
 
     if target == "cpu":
-        return measure.measurer_for("cpu", threads)
+        return measurers.measurer_for("cpu", threads)
     factory = {"cuda": CudaEventsMeasurer, "cuda-sim": CudaSimMeasurer}.get(target)
     if factory is None:
-        raise measure.MeasurementUnavailable(f"fusecc profile runs on cpu, cuda or cuda-sim, not '{target}'")
+        raise measurers.MeasurementUnavailable(f"fusecc profile runs on cpu, cuda or cuda-sim, not '{target}'")
     measurer = factory(gpu or "h200")
     problem = measurer.available()
     if problem:
-        raise measure.MeasurementUnavailable(problem)
+        raise measurers.MeasurementUnavailable(problem)
     return measurer
 
 

@@ -1,7 +1,7 @@
 """`fusecc profile`: measure the fused program kernel by kernel, and list what is left unfused.
 
 The program is compiled once, fused, through the same path as `fusecc report
---measure` (`measure.compile_variant`), run once against the reference
+--measure` (`measured_variants.compile_variant`), run once against the reference
 interpreter (the numbers must agree before times mean anything), warmed
 up, then timed: every launch gets its own time from the runtime (the CPU
 executor's per-launch profile, CUDA events on a GPU, the wall clock around
@@ -40,7 +40,7 @@ from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.progress import progress
 from fusecc.compiler.ir import Operation
 from fusecc.dialects import loop
-from fusecc.driver import measure
+from fusecc.driver import measure, measured_call, measured_variants
 from fusecc.driver.kernel_work import credited_flops
 from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.passes.fusion import cost_model as cm
@@ -52,16 +52,16 @@ MAX_ROUNDS = 1000
 
 @dataclass
 class ProfileRun:
-    variant: measure.Variant
+    variant: measured_variants.Variant
     hardware: Hardware
     machine: str
     rounds: int
     max_error: float
     entry: str
-    dims: str = ""  # the `?` dims of the profiled call, said (measure.describe_call_dims)
+    dims: str = ""  # the `?` dims of the profiled call, said (measured_call.describe_call_dims)
 
 
-def time_steps(variant: measure.Variant, inputs, entry: str, warmup: int, repeat: int, min_kernel_seconds: float = MIN_KERNEL_SECONDS) -> int:
+def time_steps(variant: measured_variants.Variant, inputs, entry: str, warmup: int, repeat: int, min_kernel_seconds: float = MIN_KERNEL_SECONDS) -> int:
     """Warm up, then time `repeat` rounds or more (see the module doc) with
     `measure.time_variants`, report --measure's timer; the per-launch times go
     to `variant.steps[i].seconds`. Returns the rounds run."""
@@ -83,14 +83,14 @@ def run_profile(module: Operation, entry: str, measurer, inputs: Sequence[np.nda
     engine = engine or DiagnosticEngine()
     from_inputs = inputs is not None
     if inputs is None:
-        inputs = measure.model_inputs(module.lookup(entry), seed)
+        inputs = measured_call.model_inputs(module.lookup(entry), seed)
     shapes = [np.shape(a) for a in inputs]
     # a program with `?` dims is compiled, modelled and counted at the sizes of this call
-    variant = measure.compile_variant(module, entry, measurer, True, engine, shapes)
-    dims = measure.describe_call_dims(measure.input_dims(module.lookup(entry), shapes), from_inputs)
+    variant = measured_variants.compile_variant(module, entry, measurer, True, engine, shapes)
+    dims = measured_call.describe_call_dims(measured_call.input_dims(module.lookup(entry), shapes), from_inputs)
     with np.errstate(all="ignore"):
         want = evaluate(module, entry, inputs)
-    error = measure.compare(variant.program.run(inputs, entry), want)
+    error = measured_call.compare(variant.program.run(inputs, entry), want)
     rounds = time_steps(variant, inputs, entry, warmup, repeat)
     return ProfileRun(variant, hardware(measurer.target), measurer.describe(), rounds, error, entry, dims)
 
@@ -147,7 +147,7 @@ def _launch_buffers(schedule: loop.ScheduleOp) -> list[tuple[set, set, set]]:
     out = []
     for op in schedule.body:
         if isinstance(op, loop.LaunchOp):
-            read_i, written_i = measure.accessed_arguments(kernels[op.kernel_name])
+            read_i, written_i = measured_variants.accessed_arguments(kernels[op.kernel_name])
             read = {op.operands[i] for i in read_i}
             written = {op.operands[i] for i in written_i}
             out.append((read, written, returned(written)))
@@ -167,7 +167,7 @@ def unfused_patterns(run: ProfileRun, rows: list[dict]) -> list[dict]:
     ranked by the time fusing them would save (see the module doc)."""
     schedule = run.variant.module.lookup(run.entry)
     buffers = _launch_buffers(schedule)
-    byte_size = measure.buffer_bytes(schedule, run.variant.dims or None)  # at the profiled call's dims
+    byte_size = measured_variants.buffer_bytes(schedule, run.variant.dims or None)  # at the profiled call's dims
     declined = run.variant.model.get("declined", [])
     groups = {g["id"]: g for g in run.variant.model["groups"]}
     patterns = []
@@ -248,8 +248,8 @@ def profile_data(run: ProfileRun) -> dict:
         "time_seconds": statistics.median(run.variant.run_seconds) if run.variant.run_seconds else 0.0,
         "kernel_seconds": total,
         "max_error": run.max_error,
-        "agrees": run.max_error <= measure.PROGRAM_RTOL,
-        "tolerance": measure.PROGRAM_RTOL,
+        "agrees": run.max_error <= measured_call.PROGRAM_RTOL,
+        "tolerance": measured_call.PROGRAM_RTOL,
         "kernels": rows,
         "unfused_patterns": unfused_patterns(run, rows),
     }

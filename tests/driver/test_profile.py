@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fusecc.compiler.parser import parse_module
-from fusecc.driver import gpu_measure, measure, profile
+from fusecc.driver import gpu_measure, measured_call, measured_variants, measurers, profile
 from fusecc.passes.backends.hardware import hardware
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -44,7 +44,7 @@ func.func @main(%x: tensor<1024xf32>, %z: tensor<4096x1024xf32>) -> tensor<4096x
 def profiled(text: str, name: str = "t.ir", measurer=None, repeat: int = 2):
     module = parse_module(text, name)
     entry = module.functions()[0].sym_name
-    run = profile.run_profile(module, entry, measurer or measure.measurer_for("cpu"), repeat=repeat, warmup=1)
+    run = profile.run_profile(module, entry, measurer or measurers.measurer_for("cpu"), repeat=repeat, warmup=1)
     return profile.profile_data(run)
 
 
@@ -71,9 +71,9 @@ def test_every_kernel_of_the_examples_is_below_the_machines_ceilings(example):
 
 def test_short_kernels_are_repeated_until_they_can_be_timed():
     module = parse_module(FORBID, "t.ir")
-    measurer = measure.measurer_for("cpu")
-    variant = measure.compile_variant(module, "main", measurer, True, None or __import__("fusecc.compiler.diagnostics", fromlist=["x"]).DiagnosticEngine())
-    inputs = measure.model_inputs(module.lookup("main"), 0)
+    measurer = measurers.measurer_for("cpu")
+    variant = measured_variants.compile_variant(module, "main", measurer, True, None or __import__("fusecc.compiler.diagnostics", fromlist=["x"]).DiagnosticEngine())
+    inputs = measured_call.model_inputs(module.lookup("main"), 0)
     rounds = profile.time_steps(variant, inputs, "main", warmup=0, repeat=2, min_kernel_seconds=0.02)
     assert rounds > 2
     assert all(len(s.seconds) == rounds for s in variant.steps)
@@ -139,5 +139,5 @@ def test_cuda_events_time_each_launch_on_the_gpu():
 
 
 def test_an_unknown_profile_target_is_refused():
-    with pytest.raises(measure.MeasurementUnavailable):
+    with pytest.raises(measurers.MeasurementUnavailable):
         gpu_measure.measurer_for("reference", None)

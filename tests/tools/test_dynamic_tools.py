@@ -229,11 +229,11 @@ def test_a_variant_compiled_without_a_call_is_counted_at_the_hints():
     from fusecc.compiler.dims import shape_hints
     from fusecc.compiler.parser import parse_module
     from fusecc.compiler.verifier import verify
-    from fusecc.driver import measure
+    from fusecc.driver import measured_variants, measurers
 
     module = parse_module(PROGRAM, "dyn.ir")
     verify(module)
     with shape_hints({"S": 3}):
-        variant = measure.compile_variant(module, "main", measure.measurer_for("cpu"), True, DiagnosticEngine())
+        variant = measured_variants.compile_variant(module, "main", measurers.measurer_for("cpu"), True, DiagnosticEngine())
     assert variant.dims == {"B": 64, "S": 3}
     assert [s.bytes_read for s in variant.steps] == [64 * 3 * 32 * 4, 2 * 64 * 3 * 32 * 4]

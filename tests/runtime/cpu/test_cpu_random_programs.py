@@ -15,7 +15,7 @@ from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.compiler.printer import print_op
 from fusecc.compiler.parser import parse_module
 from fusecc.driver.cpu_target import loop_pipeline
-from fusecc.driver.measure import PROGRAM_RTOL
+from fusecc.driver.measured_call import PROGRAM_RTOL
 from fusecc.runtime.cpu import compile_program
 from fusecc.runtime.loop_interpreter import run_schedule
 from fusecc.runtime.reference import InterpreterError, evaluate

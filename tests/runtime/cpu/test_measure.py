@@ -14,7 +14,7 @@ import pytest
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.parser import parse_module
 from fusecc.driver import reporting
-from fusecc.driver import measure
+from fusecc.driver import measure, measured_call, measured_variants, measurers
 from fusecc.runtime.reference import evaluate
 from fusecc.tools import fusecc as driver
 
@@ -114,27 +114,27 @@ def test_every_step_is_timed_once_per_run(block_report):
 
 def test_unfused_and_fused_programs_agree_with_each_other_and_the_reference():
     engine = DiagnosticEngine()
-    measurer = measure.measurer_for("cpu", threads=1)
+    measurer = measurers.measurer_for("cpu", threads=1)
     program = parse_module(CHAIN)
-    variants = [measure.compile_variant(program, "main", measurer, fused, engine) for fused in (False, True)]
+    variants = [measured_variants.compile_variant(program, "main", measurer, fused, engine) for fused in (False, True)]
     assert [len(v.steps) for v in variants] == [4, 1]  # mul, tanh, exp, reduce_sum; then one reduction writing %t and %sum
-    inputs = measure.model_inputs(program.lookup("main"), seed=3)
+    inputs = measured_call.model_inputs(program.lookup("main"), seed=3)
     want = evaluate(program, "main", inputs)  # the program itself is left unchanged
     unfused, fused = (v.program.run(inputs, "main") for v in variants)
     for u, f, w in zip(unfused, fused, want, strict=True):
         scale = float(np.max(np.abs(w)))
-        np.testing.assert_allclose(f, u, rtol=0, atol=measure.PROGRAM_RTOL * scale)
-        np.testing.assert_allclose(f, w, rtol=0, atol=measure.PROGRAM_RTOL * scale)
-    assert measure.compare(fused, want) <= measure.PROGRAM_RTOL
+        np.testing.assert_allclose(f, u, rtol=0, atol=measured_call.PROGRAM_RTOL * scale)
+        np.testing.assert_allclose(f, w, rtol=0, atol=measured_call.PROGRAM_RTOL * scale)
+    assert measured_call.compare(fused, want) <= measured_call.PROGRAM_RTOL
 
 
 def test_compare_catches_wrong_shapes_nans_and_values():
     want = [np.array([1.0, -2.0, np.nan], np.float32)]
-    assert measure.compare([want[0].copy()], want) == 0.0
-    assert measure.compare([np.array([1.0, -2.0, 0.0], np.float32)], want) == float("inf")  # NaN lost
-    assert measure.compare([np.array([1.0, -2.1, np.nan], np.float32)], want) == pytest.approx(0.05, rel=1e-5)
-    assert measure.compare([np.zeros(2, np.float32)], want) == float("inf")
-    assert measure.compare([np.array([1, 2], np.int32)], [np.array([1, 3], np.int32)]) == float("inf")
+    assert measured_call.compare([want[0].copy()], want) == 0.0
+    assert measured_call.compare([np.array([1.0, -2.0, 0.0], np.float32)], want) == float("inf")  # NaN lost
+    assert measured_call.compare([np.array([1.0, -2.1, np.nan], np.float32)], want) == pytest.approx(0.05, rel=1e-5)
+    assert measured_call.compare([np.zeros(2, np.float32)], want) == float("inf")
+    assert measured_call.compare([np.array([1, 2], np.int32)], [np.array([1, 3], np.int32)]) == float("inf")
 
 
 @pytest.fixture
