@@ -248,3 +248,16 @@ def test_a_model_file_written_just_now_is_hashed_every_time(tmp_path, cache_dir,
     assert program_cache.file_digest(path) == program_cache.file_digest(path)
     assert len(hashed) == 2
     assert not [p for p in (cache_dir / program_cache.DIGEST_KIND).iterdir() if p.name != ".lock"]
+
+
+def test_a_damaged_remembered_digest_is_not_trusted(tmp_path, cache_dir, monkeypatch, caplog):
+    path = write_model(tmp_path / "m.onnx")
+    monkeypatch.setattr(program_cache, "RACY_SECONDS", -3600.0)
+    true = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert program_cache.file_digest(path) == true
+    [entry] = [p for p in (cache_dir / program_cache.DIGEST_KIND).iterdir() if p.name != ".lock"]
+    (entry / "data").write_bytes(b"0" * 64)  # another model's digest, as it were
+    hashed = hashes_counted(monkeypatch)
+    with caplog.at_level("WARNING", logger="fusecc.cache"):
+        assert program_cache.file_digest(path) == true
+    assert len(hashed) == 1 and "does not match its digest" in caplog.text
