@@ -56,7 +56,7 @@ def parse_insertions(specs: list[str]) -> list[tuple[str, str]]:
 
 def main(argv: list[str], engine: DiagnosticEngine, load, entry_function, gather_inputs) -> int:
     """`load`, `entry_function` and `gather_inputs` are tools/fusecc.py's (passed in: the two modules must not import each other)."""
-    from fusecc.driver import bisect, measure
+    from fusecc.driver import bisect, measured_call
 
     args = parser().parse_args(argv)
     choice = resolve_target(args, "fusecc bisect", BISECT_TARGETS, "cpu")
@@ -76,7 +76,7 @@ def main(argv: list[str], engine: DiagnosticEngine, load, entry_function, gather
     inputs = gather_inputs(func, args.inputs, args.random_inputs, args.seed, args.dims)
     log = (lambda text: print(f"fusecc bisect: {text}", file=sys.stderr)) if not args.json else (lambda text: None)
     with phase("the bisected program"):
-        result = bisect.bisect(module, func.sym_name, inputs, choice.name, choice.gpu, args.rtol or measure.PROGRAM_RTOL, insert, engine, log)
+        result = bisect.bisect(module, func.sym_name, inputs, choice.name, choice.gpu, args.rtol or measured_call.PROGRAM_RTOL, insert, engine, log)
     written = None
     if result.reproducer is not None:
         stem = os.path.splitext(os.path.basename(args.input))[0]
