@@ -2,8 +2,11 @@
 
 The renderer walks the kernel and prints it; it decides nothing about
 semantics (legalize has, docs/legalize.md) nor about synchronisation
-(place-barriers has put every `loop.barrier`). `arith`/`math` ops come from
-the table (op_table.py); the ops with regions or memory are its methods:
+(place-barriers has put every `loop.barrier`), and its launch (grid, block,
+index type, shared memory) is launch_geometry.py's. `arith`/`math` ops come
+from the table (op_table.py); the ops with regions are its methods, the
+memory ops memory_ops.py's (vector_memory.py's, mma.py's, dynamic_sizes.py's
+for the loop_vector, nvgpu and `?`-size ops):
 
   * the block-mapped `loop.parallel` at the top gives the grid and binds its
     induction variables to `blockIdx`; the code around and inside it is
@@ -29,35 +32,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusecc.compiler.ir import Block, Operation, Value
-from fusecc.compiler.types import MemRefType, ScalarType, f32, i1, i64, index
+from fusecc.compiler.types import MemRefType, ScalarType, f32, i1, index
 from fusecc.dialects import loop
 from fusecc.passes.backends.cuda.c_text import (
     C_STORAGE,
     EmitError,
-    INT32_MAX,
     LOAD_CONVERSION,
-    STORE_CONVERSION,
     ScopedNames,
     anonymous_prefix,
     c_identifier,
-    constant_array,
     float_literal,
     format_location,
     int_literal,
     is_reduced_float,
-    unique_global,
 )
-from fusecc.passes.backends.cuda.dynamic_sizes import c_shape, grid_in_params, is_dynamic_kernel, launch_grid, render_dim, size_params
+from fusecc.passes.backends.cuda.dynamic_sizes import c_shape, grid_in_params, render_dim, size_params
+from fusecc.passes.backends.cuda.launch_geometry import choose_index_type, gpu_structure, plan_shared
+from fusecc.passes.backends.cuda.memory_ops import RENDERERS as MEMORY_RENDERERS
+from fusecc.passes.backends.cuda.memory_ops import flat_index
 from fusecc.passes.backends.cuda.mma import render_mma
 from fusecc.passes.backends.cuda.op_table import CODE_FOR_OP
 from fusecc.passes.backends.cuda.vector_memory import RENDERERS as VECTOR_MEMORY_RENDERERS
 from fusecc.passes.backends.table import handler_for
-from fusecc.passes.lowering.barriers import in_thread_loop
 from fusecc.passes.lowering.buffer_facts import base_buffer, written_buffers
 
-STATIC_SHARED_LIMIT = 48 * 1024  # bytes of static __shared__ per block; beyond it, dynamic shared memory
-MAX_THREADS_PER_BLOCK = 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
 NARROW_CARRIERS = ("arith.constant", "arith.cast", "arith.select")  # the only arith ops with f16/bf16 results in legal IR
 
 
@@ -67,82 +65,6 @@ class KernelParam:
     c_type: str  # as declared, e.g. "const float* __restrict__"
     type: str  # the IR type, e.g. "memref<4x100xf32>"
     written: bool = False
-
-
-# --------------------------------------------------------------------------- launch geometry and memory
-
-
-def choose_index_type(kernel: loop.KernelOp) -> str:
-    """`int` when every buffer and extent fits in 31 bits (cheaper on the GPU), else `long long`
-    (always with `?` sizes: they are known only at launch)."""
-    if is_dynamic_kernel(kernel):
-        return "long long"
-    for op in kernel.walk():
-        for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.args]:
-            if isinstance(v.type, MemRefType) and v.type.num_elements > INT32_MAX:
-                return "long long"
-        if isinstance(op, loop.ParallelOp) and any(u > INT32_MAX for u in op.upper):
-            return "long long"
-        if op.name == "arith.constant" and op.result.type is index and not -(2**31) < op.attr("value").value <= INT32_MAX:
-            return "long long"
-        if op.name == "arith.cast" and op.result.type is index and op.input.type is i64:
-            return "long long"
-    for a in kernel.body.args:
-        if isinstance(a.type, MemRefType) and a.type.num_elements > INT32_MAX:
-            return "long long"
-    return "int"
-
-
-def gpu_structure(kernel: loop.KernelOp) -> tuple[tuple, tuple[int, int, int]]:
-    """(grid, block), after checking the kernel is mapped for a GPU within its limits.
-    A grid dimension computed at launch is its expression's text (dynamic_sizes.py)."""
-    loops = kernel.parallel_loops()
-    blocks = [p for p in loops if p.maps_blocks]
-    for p in loops:
-        bad = [m for m in p.mapping if m in loop.CPU_MAPPINGS]
-        if bad:
-            raise EmitError(f"kernel @{kernel.sym_name} is mapped for the CPU ({bad[0]}), not the GPU")
-    if len(blocks) > 1:
-        raise EmitError(f"kernel @{kernel.sym_name} has {len(blocks)} block-mapped loops; a GPU kernel has one")
-    grid, block = kernel.launch_dims()
-    grid = tuple(launch_grid(kernel, blocks[0] if blocks else None, list(grid)))
-    for axis, (g, limit) in enumerate(zip(grid, MAX_GRID)):
-        if isinstance(g, int) and g > limit:
-            raise EmitError(f"kernel @{kernel.sym_name}: grid dimension {'xyz'[axis]} = {g} exceeds {limit}")
-    threads = block[0] * block[1] * block[2]
-    if threads > MAX_THREADS_PER_BLOCK:
-        raise EmitError(f"kernel @{kernel.sym_name}: {threads} threads per block exceed {MAX_THREADS_PER_BLOCK}")
-    return grid, block
-
-
-def plan_shared(kernel: loop.KernelOp) -> tuple[dict, int, int]:
-    """(offset of each shared buffer in the dynamic block, static bytes, dynamic bytes)."""
-    allocs = [op for op in kernel.walk() if isinstance(op, loop.AllocOp) and op.result.type.memory_space == "shared"]
-    total = sum(op.result.type.byte_size for op in allocs)
-    # The attention template's tiles go to dynamic shared memory at any size:
-    # with them as static __shared__ arrays ptxas for sm_80 keeps more
-    # addresses live (the A100's 1-warp (8,32) kernel of examples/attention.ir:
-    # 106 registers static, 72 dynamic, the estimate 80).
-    if total <= STATIC_SHARED_LIMIT and kernel.attr("kind") != "attention":
-        return {}, total, 0
-    layout, offset = {}, 0
-    for op in allocs:
-        offset = (offset + 15) // 16 * 16
-        layout[op] = offset
-        offset += op.result.type.byte_size
-    return layout, 0, offset
-
-
-def flat_index(shape, indices: list[str]) -> str:
-    """The row-major offset of C index expressions into a buffer of `shape`
-    (sizes are ints, or C names of `?` sizes)."""
-    terms = []
-    stride = 1
-    for size, expr in reversed(list(zip(shape, indices))):
-        if expr != "0":
-            terms.append(expr if stride == 1 else f"{expr} * {stride}")
-        stride = stride * size if isinstance(size, int) and isinstance(stride, int) else size if stride == 1 else f"{stride} * {size}"
-    return " + ".join(reversed(terms)) or "0"
 
 
 def comment_lines(k: loop.KernelOp, name: str, grid, block, static_shared: int, dynamic_shared: int) -> list[str]:
@@ -422,70 +344,8 @@ class KernelRenderer:
         else:
             self.define(op.result, f"__shfl_xor_sync(0xffffffffu, {self.e(op.value)}, {op.offset})")
 
-    def render_alloc(self, op: loop.AllocOp) -> None:
-        t = op.result.type
-        c_type = self.storage_type(t.element_type)
-        count = max(t.num_elements, 1)
-        name = self.name_for(op.result, "tile" if t.memory_space == "shared" else "acc")
-        dims = f"  // {'x'.join(map(str, t.shape))}" if t.rank > 1 else ""
-        if t.memory_space == "local":
-            self.line(f"{c_type} {name}[{count}] = {{}};  // per thread" + (f", {dims[5:]}" if dims else ""))
-        elif op in self.shared_layout:
-            self.line(f"{c_type}* {name} = reinterpret_cast<{c_type}*>(fusecc_dynamic_shared + {self.shared_layout[op]});{dims}")
-        else:
-            align = "__align__(16) " if any(user.name in VECTOR_MEMORY_RENDERERS for user in op.result.users) else ""  # vector loads, cp.async
-            self.line(f"__shared__ {align}{c_type} {name}[{count}];{dims}")
-
-    def render_constant(self, op: loop.ConstantOp) -> None:
-        name = unique_global(f"{self.name}_{c_identifier(op.result.name_hint) or 'data'}", self.globals_taken)
-        lines, self.c[op.result] = constant_array(name, op, f"read by {self.name}")
-        self.data_lines += lines
-
-    def render_view(self, op: loop.ViewOp) -> None:
-        source, t = op.source.type, op.result.type
-        c_type = self.storage_type(t.element_type)
-        base = base_buffer(op.source)
-        const = "" if base in self.written and not self.is_constant(base) else "const "
-        if source.element_type is t.element_type and op.offset % t.element_type.byte_size == 0:
-            step = op.offset // t.element_type.byte_size
-            expr = self.e(op.source) + (f" + {step}" if step else "")
-        else:
-            expr = f"reinterpret_cast<{const}{c_type}*>(reinterpret_cast<{const}char*>({self.e(op.source)}) + {op.offset})"
-        name = self.name_for(op.result, "view")
-        self.line(f"{const}{c_type}* {name} = {expr};  // {t}")
-
     def element(self, buffer: Value, indices) -> str:
         return f"{self.e(buffer)}[{flat_index(c_shape(self, buffer), [self.e(i) for i in indices])}]"
-
-    def render_load(self, op: loop.LoadOp) -> None:
-        t = op.buffer.type.element_type
-        access = self.element(op.buffer, op.indices)
-        from_constant = self.is_constant(op.buffer)
-        if is_reduced_float(t) and not from_constant:
-            access = f"{LOAD_CONVERSION[t]}({access})"
-        if op.guard is not None:
-            padding = op.attr("padding")
-            pad_value = 0 if padding is None else padding.value
-            access = f"{self.e(op.guard)} ? {access} : {self.literal(pad_value, t)}"
-        self.define(op.result, access)
-
-    def render_store(self, op: loop.StoreOp) -> None:
-        t = op.buffer.type.element_type
-        value = self.e(op.value)
-        if is_reduced_float(t):
-            value = f"{STORE_CONVERSION[t]}({value})"
-        statement = f"{self.element(op.buffer, op.indices)} = {value};"
-        conditions = []
-        if not in_thread_loop(op):
-            if self.block[0] * self.block[1] * self.block[2] > 1:
-                conditions.append("threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0")
-        if op.guard is not None:
-            conditions.append(self.e(op.guard))
-        if conditions:
-            statement = f"if ({' && '.join(conditions)}) {statement}"
-            if len(conditions) > 1 or op.guard is None:
-                statement += "  // block-level store: once per block"
-        self.line(statement)
 
     STRUCTURE = {
         "loop.parallel": render_parallel,
@@ -494,11 +354,7 @@ class KernelRenderer:
         "loop.barrier": render_barrier,
         "loop.return": render_return,
         "loop.shuffle_xor": render_shuffle_xor,
-        "loop.alloc": render_alloc,
-        "loop.constant": render_constant,
-        "loop.view": render_view,
-        "loop.load": render_load,
-        "loop.store": render_store,
+        **MEMORY_RENDERERS,
         "loop.dim": render_dim,
         "nvgpu.mma_sync": render_mma,
         **VECTOR_MEMORY_RENDERERS,
