@@ -66,9 +66,17 @@ def kernels_alone(compiled, entry: str, inputs: list[np.ndarray]):
     plan = compiled.prepare(entry)
     call = getattr(plan, "_call", None)
     if call is not None and [s[0] for s in call.segments] == ["native"]:
-        plan.run(inputs)  # its bases now hold this call's addresses
-        run_native, segment, bases = call.run_native, call.segments[0][2], call._bases_address
-        return (lambda: run_native(segment, bases)), "one native call of the encoded steps"
+        from fusecc.runtime.cpu.buffers import address_of, output_arrays
+
+        outputs, output_addresses = output_arrays(plan.layout.output_types)
+        input_addresses = [address_of(a) for a in inputs]
+
+        def native():  # the addresses set again each time: other calls move them; `outputs` stays alive with this closure
+            call.set_addresses(input_addresses, output_addresses)
+            call.run_set()
+
+        native.outputs = outputs
+        return native, "one native call of the encoded steps"
 
     def profiled():
         profile: list = []

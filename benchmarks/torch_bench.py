@@ -160,8 +160,9 @@ def write_docs(text: str, clock: str) -> None:
 
 def breakdown(rounds: int, calls: int) -> str:
     """Where a call of the frozen encoder layer goes: each layer of the path
-    timed on its own (this thread's CPU time, blocks of `calls` hot calls,
-    the median block of `rounds`), the kernels from the executor's profile."""
+    timed on its own (this thread's CPU time, the median call of each block
+    of `calls` hot calls, the median block of `rounds`), down to the kernels
+    alone: the program's encoded steps as one native call (runtime/cpu/call_path.py)."""
     from torch_models import EncoderLayer
 
     import fusecc.torch as backend
@@ -195,10 +196,24 @@ def breakdown(rounds: int, calls: int) -> str:
         backend._runner = runner
     program = programs[0]
     arrays = [x.numpy(), mask.numpy()]
+    plan = program._compiled.prepare(program.entry)
+    direct = backend._DirectCall.of(program, [torch.float32])
+    from fusecc.runtime.cpu.buffers import output_arrays
+
+    outputs, output_addresses = output_arrays(plan.layout.output_types)  # alive to the end of this function
+    native = [s[0] for s in plan._call.segments] == ["native"]
+
+    def kernels_alone():  # the addresses set again each time: the other rows' calls move them
+        plan._call.set_addresses([x.data_ptr(), mask.data_ptr()], output_addresses)
+        plan._call.run_set()
+
+    kernels = f"... the kernels alone ({sum(1 for s in plan.steps if s[0] == 'launch')} launches as one native call of the encoded steps)"
     rows = {"torch eager": lambda: model(x, mask), "Inductor": lambda: inductor(x, mask),
             "fusecc frozen, through torch.compile": lambda: frozen(x, mask), "... Program.__call__": lambda: program(*arrays),
-            "... the CPU executor's run": lambda: program._compiled.run(arrays, program.entry),
+            "... the runner's call by data pointers (SchedulePlan.call)": lambda: direct([x, mask]),
             "fusecc with the weights as inputs": lambda: as_inputs(x, mask)}
+    if native:
+        rows[kernels] = kernels_alone
     medians = {}
     for name, call in rows.items():
         blocks = []
@@ -214,15 +229,9 @@ def breakdown(rounds: int, calls: int) -> str:
     for _ in range(calls):
         frozen(x, mask)
     medians["... inside the backend's runner (freeze guard, tensors across)"] = statistics.median(inside)
-    profile: list = []
-    for _ in range(calls):
-        program._compiled.run(arrays, program.entry, profile=profile)
-    per_call = len(profile) // calls
-    sums = [sum(t for _, t in profile[i * per_call:(i + 1) * per_call]) for i in range(calls)]
-    medians[f"... the kernels ({len(program.kernels)} launches; the executor's profile is wall time: fastest call)"] = min(sums)
     order = ["torch eager", "Inductor", "fusecc frozen, through torch.compile", "... inside the backend's runner (freeze guard, tensors across)",
-             "... Program.__call__", "... the CPU executor's run", next(k for k in medians if k.startswith("... the kernels")),
-             "fusecc with the weights as inputs"]
+             "... the runner's call by data pointers (SchedulePlan.call)", kernels, "... Program.__call__", "fusecc with the weights as inputs"]
+    order = [name for name in order if name in medians]
     lines = [f"Encoder layer h256 B1 S128 with padding, 1 thread, this thread's CPU time, "
              f"median of {rounds} blocks of {calls} calls; load average {os.getloadavg()[0]:.1f}.", "", "| what | ms per call |", "|---|---|"]
     lines += [f"| {name} | {medians[name] * 1e3:.2f} |" for name in order]

@@ -85,6 +85,11 @@ class StepProgram:
     def run(self, input_addresses, output_addresses) -> None:
         """One call. Not reentrant: callers hold their plan's lock (the
         arena and `bases` are shared)."""
+        self.set_addresses(input_addresses, output_addresses)
+        self.run_set()
+
+    def set_addresses(self, input_addresses, output_addresses) -> None:
+        """Where the next `run_set` reads its inputs and writes its outputs."""
         bases = self.bases
         for index, address in zip(self.input_slots, input_addresses):
             if index >= 0:
@@ -92,6 +97,11 @@ class StepProgram:
         for index, address in zip(self.output_slots, output_addresses):
             if index >= 0:
                 bases[index] = address
+
+    def run_set(self) -> None:
+        """The steps on the addresses last set (benchmarks time the kernels
+        alone this way; the buffers must still be alive)."""
+        bases = self.bases
         run_native, bases_address = self.run_native, self._bases_address
         for segment in self.segments:
             if segment[0] == "native":
