@@ -179,6 +179,7 @@ def gpu_columns(cost: cm.GroupCost) -> dict:
         "waves": t.waves,
         "achieved_bandwidth": t.achieved_bandwidth,
         "shared_requests_per_fma": work.shared_requests * 32 / (work.fma_flops / 2) if work.fma_flops and work.shared_requests else None,
+        "shared_wavefronts_per_block": work.shared_requests * work.conflict_ways / launch.blocks if launch.blocks else 0.0,
     }
 
 

@@ -249,6 +249,13 @@ def host_cpu() -> Hardware:
     return cpu_for_isa(isa_of(features))
 
 
+# The warp schedulers of an SM (sm_70 and later): each issues one warp
+# instruction per clock (an FMA, a shared-memory load or store, a cp.async),
+# so fewer resident warps leave issue slots empty, and every instruction
+# that is not an FMA takes a slot an FMA then lacks.
+SCHEDULERS_PER_SM = 4
+
+
 def resident_blocks(hardware: Hardware, threads: int, registers: int, shared_bytes: int) -> int:
     """Blocks of this shape one SM holds at once (0: it does not fit): the
     least of what its registers (allocated per warp, rounded up to the

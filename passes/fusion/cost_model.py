@@ -262,9 +262,9 @@ def _estimate(body: KernelBody, kind: str, hardware: Hardware) -> GroupCost:
     launch = work = gpu = roofline = None
     if hardware.is_gpu and not dynamic:
         rows = _row_elements(body)
-        launch, requests = gpu_launch_and_shared(body, kind, geometry, int(registers), int(shared), rows, hardware, on_tensor_cores=tensor_flops > 0)
-        extra = split_kv_bytes(body, geometry) + (0.0 if tensor_flops else split_k_bytes(body, geometry, hardware))
-        work = GpuWork(bytes_read + bytes_written + extra, fma_flops=other_flops, tensor_flops=tensor_flops, tensor_peak=tensor_peak, tensor_unit=tensor_unit, shared_requests=requests)
+        launch, requests, instructions = gpu_launch_and_shared(body, kind, geometry, int(registers), int(shared), rows, hardware, on_tensor_cores=tensor_flops > 0)
+        partials = split_kv_bytes(body, geometry) + (0.0 if tensor_flops else split_k_bytes(body, geometry, hardware))
+        work = GpuWork(bytes_read + bytes_written, fma_flops=other_flops, tensor_flops=tensor_flops, tensor_peak=tensor_peak, tensor_unit=tensor_unit, shared_requests=requests, shared_instructions=instructions, partial_bytes=partials)
         gpu = gpu_kernel_time(launch, work, hardware)
         compute, time, roofline = gpu.compute_seconds, gpu.seconds, roofline_seconds(work, hardware)
     else:
@@ -327,6 +327,7 @@ def combine_horizontal(parts: Sequence[GroupCost], hardware: Hardware, shared_in
             tensor_peak=next((p.work.tensor_peak for p in parts if p.work.tensor_flops), hardware.peak_tensor_flops),
             tensor_unit=next((p.work.tensor_unit for p in parts if p.work.tensor_flops), "tensor"),
             shared_requests=sum(p.work.shared_requests for p in parts),
+            shared_instructions=sum(p.work.shared_instructions for p in parts),
         )
         gpu = gpu_kernel_time(launch, work, hardware)
         compute, time, roofline = gpu.compute_seconds, gpu.seconds, roofline_seconds(work, hardware)

@@ -11,13 +11,23 @@ rate the launch can actually reach, not the datasheet's:
   per SM is latency-bound (`GpuLaunch.bytes_in_flight_per_thread` says how
   much each template issues before it waits);
 * compute: FMA-pipe flops at `peak_flops` and tensor-core flops at the peak
-  of the unit used (f16/bf16 `mma`, or TF32), both scaled by the fraction
+  of the unit used (f16/bf16 `mma`, or TF32), plus the issue slots of the
+  shared-memory instructions the templates count (each scheduler issues
+  one warp instruction a clock: a shared load, store or cp.async takes the
+  slot of an FMA; `peak_flops` is every slot an FMA), all scaled by the fraction
   of the machine busy: the busiest SM runs ceil(blocks / SMs) blocks, so a
   grid of fewer blocks than SMs leaves SMs idle and a partial last wave
   costs a whole one, and an SM with fewer resident warps than it has warp
   schedulers leaves schedulers idle;
-* shared memory: one wavefront (32 banks x 4 B) per SM per clock; a warp's
-  request costs its conflict ways in wavefronts (1: conflict-free).
+* shared memory: one wavefront (32 banks x 4 B) per SM per clock; the
+  templates count a warp's request in the wavefronts its distinct words
+  take, times its conflict ways (1: conflict-free).
+
+A split launch (split-K, split-KV) writes partial results that a second
+kernel reads back once the first has finished (stream order): the writes
+are part of the first kernel's traffic, the read-back comes after it, at
+the full bandwidth, never overlapped. Neither is part of the roofline
+bound, which is the op's own bytes and flops.
 
 Occupancy and waves are `hardware.occupancy`, the arithmetic the offline
 counters (runtime/cuda/counters.py) report. This module depends on the
@@ -30,11 +40,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fusecc.passes.backends.hardware import Hardware, occupancy, resident_blocks
+from fusecc.passes.backends.hardware import SCHEDULERS_PER_SM, Hardware, occupancy, resident_blocks
 
-# The warp schedulers of an SM (sm_70 and later): each issues one warp
-# instruction per clock, so fewer resident warps leave issue slots empty.
-SCHEDULERS_PER_SM = 4
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class GpuWork:
     tensor_unit: str = "tensor"  # which: "tensor" (f16/bf16 mma) or "tf32"
     shared_requests: float = 0.0  # warp-level shared-memory loads and stores
     conflict_ways: float = 1.0  # wavefronts per request (the template's layout, or measured)
+    shared_instructions: float = 0.0  # warp-level shared loads, stores and cp.async: issue slots
+    partial_bytes: float = 0.0  # split launches: partial results the first kernel writes and the second reads
 
 
 @dataclass(frozen=True)
@@ -72,11 +81,12 @@ class GpuTime:
     compute_seconds: float
     shared_seconds: float
     launch_seconds: float
+    combine_seconds: float = 0.0  # a split launch's second kernel, after the first (without its launch)
 
     @property
     def kernel_seconds(self) -> float:
-        """The kernel alone, without its launch."""
-        return max(self.memory_seconds, self.compute_seconds, self.shared_seconds)
+        """The kernels alone, without their launches."""
+        return max(self.memory_seconds, self.compute_seconds, self.shared_seconds) + self.combine_seconds
 
     @property
     def seconds(self) -> float:
@@ -109,19 +119,24 @@ def gpu_kernel_time(launch: GpuLaunch, work: GpuWork, hardware: Hardware) -> Gpu
     bandwidth = hardware.memory_bandwidth
     if hardware.memory_latency > 0 and in_flight > 0:  # none in flight: an empty grid, or nothing read ahead
         bandwidth = min(bandwidth, in_flight / hardware.memory_latency)
-    memory = work.dram_bytes / bandwidth if work.dram_bytes else 0.0
-    if work.dram_bytes and hardware.memory_latency > 0:
+    first_bytes = work.dram_bytes + work.partial_bytes
+    memory = first_bytes / bandwidth if first_bytes else 0.0
+    if first_bytes and hardware.memory_latency > 0:
         memory = max(memory, hardware.memory_latency)  # at least one round trip
 
     flop_seconds = work.fma_flops / hardware.peak_flops
     if work.tensor_flops:
         flop_seconds += work.tensor_flops / (work.tensor_peak or hardware.peak_tensor_flops)
+    if work.shared_instructions and hardware.clock_hz:
+        flop_seconds += work.shared_instructions / (SCHEDULERS_PER_SM * hardware.clock_hz * sms)
     compute = flop_seconds / busy
 
     shared = 0.0
     if work.shared_requests and hardware.clock_hz:
         wavefronts = work.shared_requests * max(1.0, work.conflict_ways)
         shared = wavefronts / (hardware.clock_hz * sms * sm_fraction)
+    # the second kernel reads the partial results back: at least a round trip
+    combine = max(work.partial_bytes / hardware.memory_bandwidth, hardware.memory_latency) if work.partial_bytes else 0.0
     return GpuTime(
         occupancy=occupancy_,
         waves=waves,
@@ -131,6 +146,7 @@ def gpu_kernel_time(launch: GpuLaunch, work: GpuWork, hardware: Hardware) -> Gpu
         compute_seconds=compute,
         shared_seconds=shared,
         launch_seconds=launch.launches * hardware.launch_overhead,
+        combine_seconds=combine,
     )
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields, replace
 from fusecc.compiler.dims import hinted, hinted_shape
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import ScalarType, broadcast_shapes, f32
-from fusecc.passes.backends.hardware import Hardware, resident_blocks
+from fusecc.passes.backends.hardware import SCHEDULERS_PER_SM, Hardware, resident_blocks
 from fusecc.passes.tiling.shapes import ceil_div, compute_type, next_pow2
 
 # The most specialised copies of the inner loops one kernel gets for the
@@ -192,11 +192,15 @@ def resource_problem(resources: KernelResources, hardware: Hardware, what: str) 
 # 2×4 or more: with vector loads (float2/float4 of A's column and B's row
 # of one k) that is at most one shared load per four FMAs. The small tiles
 # give up warps per block (two, one) for that; they exist to fill the SMs.
+# 32×32 comes twice: over two warps (4×4 per thread: two float4 loads per
+# 16 FMAs, the rate the H200's shared memory keeps up with) and over four
+# (2×4: more warps, but shared memory sets the pace); the chooser weighs both.
 GPU_MATMUL_TILES = (
     (128, 128, 256),  # 8×8 per thread
     (128, 64, 256),  # 4×8
     (64, 64, 128),  # 4×8
     (64, 32, 128),  # 4×4
+    (32, 32, 64),  # 4×4
     (32, 32, 128),  # 2×4
     (32, 16, 64),  # 2×4
     (16, 16, 32),  # 2×4
@@ -206,62 +210,126 @@ GPU_MATMUL_TILES = (
 # distinct banks (PAD ≡ 4 mod 8 keeps every row 16-byte aligned for vector loads).
 SHARED_ROW_PAD = 4
 ASYNC_COPY_MIN_ARCH = 80  # cp.async: sm_80 and newer
+SHARED_WAVEFRONT_WORDS = 32  # one wavefront: a 4-byte word from each of the 32 banks
+WORD_BYTES = 4  # tiles are staged in f32 (fusion/gpu_kernels.py WORD)
 
 
-def shared_requests_per_k(tiles: "GpuMatmulTiles") -> int:
-    """Shared-memory loads per thread and k of a TM×TN micro-tile: its TM
-    values of A and TN of B in vectors of up to four."""
+def shared_wavefronts_per_k(tiles: "GpuMatmulTiles", warp: int = 32) -> int:
+    """Wavefronts one warp's fragment loads of one k cost (the tiles are
+    conflict-free, so a load costs its distinct words over 32): the warp's
+    lanes (tx, ty) of the BN/TN × BM/TM thread grid read ⌈32 / (BN/TN)⌉
+    distinct A vectors and min(32, BN/TN) distinct B vectors per load (the
+    others are broadcasts). 4×4 over 8 columns of lanes: one each (16 and 32
+    words); 8×8 over 16 columns: B's float4s are 64 words, two wavefronts."""
     tm, tn = tiles.micro_tile
-    return ceil_div(tm, 4) + ceil_div(tn, 4)
+    wm, wn = (4 if x % 4 == 0 else 2 if x % 2 == 0 else 1 for x in (tm, tn))  # matmul_gpu.vector_width
+    lanes = min(warp, tiles.threads)
+    columns = tiles.block_n // tn
+    a_words = min(ceil_div(lanes, columns), tiles.block_m // tm) * wm
+    b_words = min(lanes, columns) * wn
+    return (tm // wm) * ceil_div(a_words, SHARED_WAVEFRONT_WORDS) + (tn // wn) * ceil_div(b_words, SHARED_WAVEFRONT_WORDS)
 
 
-def busiest_sm_work(batch: int, m: int, n: int, tiles: GpuMatmulTiles, hardware: Hardware) -> float:
-    """The modelled issue time of the busiest SM, in FMA-issue units per k:
-    its share of the blocks (⌈blocks / SMs⌉, blocks spread evenly) times the
-    outputs of a block times what an output costs. A TM×TN micro-tile does
-    TM·TN FMAs per `shared_requests_per_k` shared-memory loads, and an SM issues
-    `fma_per_shared_word` FMAs in the time its shared memory serves one
-    word per lane, so an output costs max(1, F·(TM+TN)/(TM·TN)): on an H200
-    8×8 runs at the FMA rate, 4×4 at half of it, 1×2 at a sixth."""
+def staging_requests_per_step(tiles: "GpuMatmulTiles") -> int:
+    """Shared-memory stores per thread and BK step: its share of the BM×BK
+    and BK×BN tiles, one word each (a warp's 32 words: one wavefront)."""
+    return ceil_div((tiles.block_m + tiles.block_n) * tiles.block_k, tiles.threads)
+
+
+def shared_traffic_per_block(tiles: "GpuMatmulTiles", k: int, warp: int = 32) -> tuple[int, int]:
+    """(warp-level shared-memory instructions, their wavefronts) of one
+    block of the FMA template over its ⌈K / split⌉ (the counters measure
+    the same wavefronts on the CPU harness, a test checks it): per warp and
+    BK step its fragment loads (TM/W + TN/V vectors per k,
+    `shared_wavefronts_per_k`) and its staging stores (one word each);
+    double-buffered, the first tile staged before the loop and, where it
+    fits in A's tile, the output tile through shared memory (each thread
+    stores its TM×TN micro-tile as vectors, a warp's vector of W words a
+    lane costs W wavefronts, and reads back ⌈BM·BN / threads⌉ words)."""
+    warps = ceil_div(tiles.threads, warp)
+    steps = ceil_div(ceil_div(k, tiles.split_k), tiles.block_k)
     tm, tn = tiles.micro_tile
-    blocks = batch * ceil_div(m, tiles.block_m) * ceil_div(n, tiles.block_n)
-    per_output = max(1.0, hardware.fma_per_shared_word * shared_requests_per_k(tiles) / (tm * tn))
-    return ceil_div(blocks, hardware.sm_count) * tiles.block_m * tiles.block_n * per_output
+    wm, wn = (4 if x % 4 == 0 else 2 if x % 2 == 0 else 1 for x in (tm, tn))  # matmul_gpu.vector_width
+    staging = staging_requests_per_step(tiles)
+    instructions = steps * (tiles.block_k * (tm // wm + tn // wn) + staging)
+    wavefronts = steps * (tiles.block_k * shared_wavefronts_per_k(tiles, warp) + staging)
+    if tiles.stages > 1 and steps:
+        instructions, wavefronts = instructions + staging, wavefronts + staging
+        # matmul_gpu.output_row: the output tile staged in A's tile where it fits (BN ≤ stages·BK)
+        if tn % 2 == 0 and tiles.threads >= warp and tiles.block_n <= tiles.stages * tiles.block_k:
+            reads = ceil_div(tiles.block_m * tiles.block_n, tiles.threads)
+            instructions += tm * (tn // wn) + reads
+            wavefronts += tm * tn + reads
+    return warps * instructions, warps * wavefronts
+
+
+def gpu_matmul_seconds(batch: int, m: int, n: int, k: int, tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware) -> float:
+    """The modelled time of the FMA template with `tiles` (split-K
+    included), as the cost model times it (fusion/gpu_time.py, which the
+    tiler may not import; a test checks that the two agree): the busiest
+    SM's ⌈blocks / SMs⌉ blocks at its share of the issue rate (each of its
+    four schedulers issues one warp instruction a clock: an FMA, or a
+    shared load, store or cp.async in its place), slowed where its resident
+    warps are fewer than its schedulers, or at one wavefront per clock of
+    its shared memory, whichever is slower; or the
+    operands' bytes at the DRAM bandwidth the staged tiles in flight
+    sustain (Little's law); with split-K, plus the second
+    kernel after it: a launch, and the partial sums read back."""
+    blocks = batch * ceil_div(m, tiles.block_m) * ceil_div(n, tiles.block_n) * tiles.split_k
+    if blocks == 0:
+        return 0.0
+    sms = hardware.sm_count
+    per_sm = ceil_div(blocks, sms)
+    used = gpu_matmul_resources(tiles, element)
+    resident = max(1, resident_blocks(hardware, used.threads, used.registers_per_thread, used.shared_bytes))
+    warps_per_block = ceil_div(tiles.threads, hardware.warp_size)
+    issue = min(1.0, min(per_sm, resident) * warps_per_block / SCHEDULERS_PER_SM)
+    steps = ceil_div(ceil_div(k, tiles.split_k), tiles.block_k)
+    fma_rate = hardware.peak_flops / 2 / sms  # FMAs per second of one SM
+    instructions, wavefronts = shared_traffic_per_block(tiles, k, hardware.warp_size)
+    compute = per_sm * tiles.block_m * tiles.block_n * steps * tiles.block_k / fma_rate / issue
+    if hardware.clock_hz:  # the shared-memory instructions take issue slots the FMAs then lack
+        compute += per_sm * instructions / (SCHEDULERS_PER_SM * hardware.clock_hz) / issue
+    shared = per_sm * wavefronts / hardware.clock_hz if hardware.clock_hz else 0.0
+    partials = batch * tiles.split_k * m * n * f32.byte_size if tiles.split_k > 1 else 0
+    # Little's law: the bytes in flight (each thread's share of a staged tile) sustain the bandwidth
+    in_flight = min(blocks, sms) * min(per_sm, resident) * warps_per_block * hardware.warp_size * (tiles.block_m + tiles.block_n) * tiles.block_k * WORD_BYTES / tiles.threads
+    bandwidth = min(hardware.memory_bandwidth, in_flight / hardware.memory_latency) if hardware.memory_latency > 0 else hardware.memory_bandwidth
+    memory = max((batch * (m * k + k * n + m * n) * compute_type(element).byte_size + partials) / bandwidth, hardware.memory_latency)
+    seconds = max(compute, shared, memory)
+    if partials:
+        seconds += hardware.launch_overhead + max(partials / hardware.memory_bandwidth, hardware.memory_latency)
+    return seconds
 
 
 @functools.lru_cache(maxsize=1024)
-def _best_gpu_tiles(batch: int, m: int, n: int, element: ScalarType, hardware: Hardware) -> GpuMatmulTiles:
+def _best_gpu_tiles(batch: int, m: int, n: int, k: int, element: ScalarType, hardware: Hardware) -> GpuMatmulTiles:
     """`choose_gpu_matmul_tiles`'s own choice (memoised: the fusion planner
     asks about the same shapes many times)."""
     fitting = []
     stages = gpu_matmul_stages(hardware)
+    bk = default_block_k(k)
     for bm, bn, t in GPU_MATMUL_TILES:
         if bm > max(16, next_pow2(m)) or bn > max(16, next_pow2(n)):
             continue
-        tiles = GpuMatmulTiles(bm, bn, 32, t, stages)
+        tiles = GpuMatmulTiles(bm, bn, bk, t, stages)
         if resource_problem(gpu_matmul_resources(tiles, element), hardware, "matmul") is not None:
             continue
-        fitting.append(tiles)
+        fitting += [replace(tiles, split_k=s) for s in split_k_choices(k, bk)]
     if not fitting:
         last = GPU_MATMUL_TILES[-1]
-        return GpuMatmulTiles(last[0], last[1], 32, last[2], stages)
-    # Grids that give every SM a block (a full wave), with as many warps per
-    # block as some of them have (4, else 2, else 1); else the tiles that
-    # finish soonest anyway.
-    filling = [t for t in fitting if batch * ceil_div(m, t.block_m) * ceil_div(n, t.block_n) >= hardware.sm_count]
-    for warps in (4, 2, 1):
-        candidates = [t for t in filling if t.threads >= warps * hardware.warp_size]
-        if candidates:
-            break
-    else:
-        candidates = fitting
-    # Fullest first; a smaller tile only where it shortens the busiest SM by
-    # SMALLER_TILE_GAIN or more (the work model leaves out that smaller tiles
-    # reload their operands more often).
-    best = candidates[0]
+        return GpuMatmulTiles(last[0], last[1], bk, last[2], stages)
+    # Grids that give every SM a block (a full wave; split-K counts), else
+    # all of them; of those the fastest by the model, the fuller tile and
+    # fewer K ranges unless another is SMALLER_TILE_GAIN faster (the model
+    # leaves out that smaller tiles reload their operands more often).
+    filling = [t for t in fitting if batch * ceil_div(m, t.block_m) * ceil_div(n, t.block_n) * t.split_k >= hardware.sm_count]
+    candidates = filling or fitting
+    best, best_seconds = candidates[0], gpu_matmul_seconds(batch, m, n, k, candidates[0], element, hardware)
     for tiles in candidates[1:]:
-        if busiest_sm_work(batch, m, n, tiles, hardware) <= (1 - SMALLER_TILE_GAIN) * busiest_sm_work(batch, m, n, best, hardware):
-            best = tiles
+        seconds = gpu_matmul_seconds(batch, m, n, k, tiles, element, hardware)
+        if seconds < (1 - SMALLER_TILE_GAIN) * best_seconds:
+            best, best_seconds = tiles, seconds
     return best
 
 
@@ -274,36 +342,45 @@ def gpu_matmul_stages(hardware: Hardware) -> int:
     return 2 if arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= ASYNC_COPY_MIN_ARCH else 1
 
 
+def default_block_k(k: int) -> int:
+    """BK: 32 (fewer barriers per K), less for a shorter K (at least 8)."""
+    return min(32, max(8, next_pow2(k)))
+
+
 def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None, k: int | None = None, threads: int | None = None) -> GpuMatmulTiles:
     """The block tile for `problem`: of the tiles in `GPU_MATMUL_TILES` whose
     registers and shared memory fit (`gpu_matmul_resources`) and that the
-    matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), the
-    one that keeps the busiest SM busy for the least time
-    (`busiest_sm_work`), the fuller on a tie, among those whose grid gives
-    every SM at least one block (a full wave) with four warps per block,
-    else among those that fill the SMs at all, else among all.
+    matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), each with K
+    in one range or split (`split_k_choices`), the one the model finds
+    fastest (`gpu_matmul_seconds`), among those whose grid gives every SM at
+    least one block (a full wave) if any do; a smaller tile or more K
+    ranges only where that is SMALLER_TILE_GAIN faster.
 
-    So fuller tiles (more reuse of each staged element, more accumulators per
-    thread) win until their grid leaves SMs idle or its last wave ragged:
-    4096×4096 takes 128×128 tiles on an H200 (128×64 on an A100's 108 SMs),
-    the encoder's 128×2304 QKV 32×32 (288 blocks on 132 SMs: at most 3 per
-    SM, against 2 of 64×32 tiles twice the size), its 128×768 projections
-    32×16 in two-warp blocks (192), a matrix too small to fill the machine
-    the smallest tile. BK = 32 (fewer barriers per K), less for a shorter K;
-    two stages on sm_80+ (`gpu_matmul_stages`); split-K where the grid
-    still leaves SMs idle and K is long (`split_k_for`: a 1×2816 @ 2816×1024
-    decoding step, 64 blocks, sums K in 3 ranges). `block`, `k`, `threads`
-    force those choices."""
-    chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.result.type.element_type, hardware)
+    So fuller tiles (more reuse of each staged element, more accumulators
+    per thread) win until their grid leaves SMs idle or its last wave
+    ragged: 4096×4096 takes 128×128 tiles on an H200, the encoder's
+    128×2304 QKV and 128×3072 FFN-up 32×32 over two warps (4×4 per thread:
+    shared memory keeps up with the FMAs), its 128×768 output projection
+    16×16 in one-warp blocks (384), its FFN-down (K = 3072) 32×32 with K
+    in 11 ranges (1056 blocks, 8 per SM: the second kernel's launch costs
+    less than the idle SMs of an unsplit grid). BK = 32, less for a shorter
+    K (`default_block_k`); two stages on sm_80+ (`gpu_matmul_stages`).
+    `block`, `k`, `threads` force those choices; K's split is then the
+    fastest for the forced tile (`best_split_k`), so the cost model, the
+    tiler and the template, asking with the tiler's tile, agree."""
+    element = problem.result.type.element_type
+    chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.k, element, hardware)
+    if block is None and k is None and threads is None:
+        return chosen
     if block is None:
         bm, bn, default_threads = chosen.block_m, chosen.block_n, chosen.threads
     else:
         bm, bn = block
         default_threads = next((t for m, n, t in GPU_MATMUL_TILES if (m, n) == (bm, bn)), max(hardware.warp_size, min(256, bm * bn // 16)))
-    bk = k or min(32, max(8, next_pow2(problem.k)))
-    tiles = GpuMatmulTiles(bm, bn, bk, threads or default_threads, gpu_matmul_stages(hardware))
-    blocks = problem.batch_size * ceil_div(problem.m, bm) * ceil_div(problem.n, bn)
-    return replace(tiles, split_k=split_k_for(blocks, problem.k, bk, hardware))
+    tiles = GpuMatmulTiles(bm, bn, k or default_block_k(problem.k), threads or default_threads, gpu_matmul_stages(hardware))
+    if (tiles.block_m, tiles.block_n, tiles.block_k, tiles.threads) == (chosen.block_m, chosen.block_n, chosen.block_k, chosen.threads):
+        return chosen
+    return replace(tiles, split_k=best_split_k(problem.batch_size, problem.m, problem.n, problem.k, tiles, element, hardware))
 
 
 # Split-K pays where the grid leaves SMs idle and each range of K stays long:
@@ -312,16 +389,30 @@ def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
 SPLIT_K_MIN_STEPS = 8
 
 
-def split_k_for(blocks: int, k: int, bk: int, hardware: Hardware) -> int:
-    """How many ranges of K to sum separately: enough to give every SM a
-    block, no more than keep SPLIT_K_MIN_STEPS steps each; 1 where the grid
-    fills the SMs already or K is too short to share."""
-    if blocks == 0 or blocks >= hardware.sm_count:  # (an empty output has no block to share K)
-        return 1
-    splits = min(ceil_div(hardware.sm_count, blocks), k // (SPLIT_K_MIN_STEPS * bk))
-    if splits < 2:
-        return 1
-    return ceil_div(k, ceil_div(ceil_div(k, splits), bk) * bk)  # no empty range: whole BK steps each
+def split_k_choices(k: int, bk: int) -> list[int]:
+    """The K ranges the FMA template may sum separately: 1, and each count
+    that leaves every range SPLIT_K_MIN_STEPS BK steps or more (whole BK
+    steps each, none empty: `split_k_ranges`)."""
+    most = k // (SPLIT_K_MIN_STEPS * bk)
+    return sorted({1} | {split_k_ranges(k, bk, s) for s in range(2, most + 1)})
+
+
+def split_k_ranges(k: int, bk: int, splits: int) -> int:
+    """The ranges `splits` becomes once each is whole BK steps (none empty)."""
+    return ceil_div(k, ceil_div(ceil_div(k, splits), bk) * bk)
+
+
+def best_split_k(batch: int, m: int, n: int, k: int, tiles: GpuMatmulTiles, element: ScalarType, hardware: Hardware) -> int:
+    """For a forced tile: the K ranges the model finds fastest (fewer on a
+    SMALLER_TILE_GAIN tie), preferring those that give every SM a block."""
+    options = [replace(tiles, split_k=s) for s in split_k_choices(k, tiles.block_k)]
+    filling = [t for t in options if batch * ceil_div(m, t.block_m) * ceil_div(n, t.block_n) * t.split_k >= hardware.sm_count]
+    best, best_seconds = None, 0.0
+    for option in filling or options:
+        seconds = gpu_matmul_seconds(batch, m, n, k, option, element, hardware)
+        if best is None or seconds < (1 - SMALLER_TILE_GAIN) * best_seconds:
+            best, best_seconds = option, seconds
+    return best.split_k
 
 
 # The CPU register tile: MR rows × NR_VECTORS vectors of B's row. Per k the
@@ -517,24 +608,28 @@ def key_tiles_per_split(problem: AttentionShape, tiles: AttentionTiles) -> int:
 
 
 def attention_seconds(problem: AttentionShape, tiles: AttentionTiles, hardware: Hardware) -> float:
-    """The modelled time of the busiest SM, like `busiest_sm_work` for
+    """The modelled time of the busiest SM, like `gpu_matmul_seconds` for
     matmuls: its ⌈blocks / SMs⌉ blocks' FMAs at its share of the FMA rate,
-    slowed where shared memory cannot keep up (`fma_per_shared_word` FMAs
-    per wavefront) and where its resident warps are fewer than its four
-    schedulers; with split-KV, plus the combining kernel (a launch, and the
+    slowed by the issue slots of its shared loads and stores or, where
+    shared memory cannot keep up (`fma_per_shared_word` FMAs per
+    wavefront), by that, and where its resident warps are fewer than its
+    four schedulers; with split-KV, plus the combining kernel (a launch, and the
     partial results written and read back)."""
     blocks = problem.batch_size * ceil_div(problem.s, tiles.block_q) * tiles.splits
     if blocks == 0:  # an empty result: the lowering launches nothing (fuzz seed 145)
         return 0.0
     per_sm = ceil_div(blocks, hardware.sm_count)
     loads, fmas = attention_shared_requests(tiles, problem)
-    shared_factor = max(1.0, hardware.fma_per_shared_word * loads / fmas) if fmas else 1.0
+    # its shared stores per key tile: probabilities, and the K and V tiles
+    stores = tiles.rows_per_thread * ceil_div(tiles.block_t, tiles.threads_per_row) + ceil_div(tiles.block_t * (problem.d + problem.dv), tiles.threads)
+    # issue slots (FMAs and shared instructions, one wavefront each), or shared memory's wavefronts
+    shared_factor = max(1.0 + (loads + stores) / fmas, hardware.fma_per_shared_word * (loads + stores) / fmas) if fmas else 1.0
     used = gpu_attention_resources(tiles, problem)
     resident = max(1, resident_blocks(hardware, used.threads, used.registers_per_thread, used.shared_bytes))
     warps = min(per_sm, resident) * ceil_div(tiles.threads, hardware.warp_size)
     block_fmas = tiles.block_q * key_tiles_per_split(problem, tiles) * tiles.block_t * (problem.d + problem.dv)
     fma_rate = hardware.peak_flops / 2 / hardware.sm_count
-    seconds = per_sm * block_fmas * shared_factor / min(1.0, warps / 4) / fma_rate
+    seconds = per_sm * block_fmas * shared_factor / min(1.0, warps / SCHEDULERS_PER_SM) / fma_rate
     if tiles.splits > 1:
         partials = 2 * tiles.splits * problem.batch_size * problem.s * (problem.dv + 2) * f32.byte_size
         seconds += hardware.launch_overhead + partials / hardware.memory_bandwidth
@@ -550,8 +645,8 @@ def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     that the queries fill and whose registers and shared memory fit
     (`gpu_attention_resources`), each with the keys split into 1, 2, 4, ...
     ranges of at least one tile (split-KV), the one `attention_seconds`
-    finds fastest; on a tie the one that keeps more SMs busy (`sm_balance`),
-    then the fuller and less split: a short sequence over
+    finds fastest, or one within SMALLER_TILE_GAIN of it that keeps more
+    SMs busy (`sm_balance`), then the fuller and less split: a short sequence over
     few heads takes small tiles that fill the SMs, a long one 64-row tiles
     whose 4 rows per thread load 3 float4s per 32 FMAs, and few query
     tiles over many keys (decoding) split the keys. `block`, `threads` and
@@ -578,7 +673,10 @@ def choose_gpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
         bq, t = GPU_ATTENTION_TILES[-1]
         chosen = AttentionTiles(bq, bt, t)
     else:
-        chosen = min(fitting, key=lambda tiles: (attention_seconds(problem, tiles, hardware), -sm_balance(problem, tiles, hardware)))
+        # the fastest, or within SMALLER_TILE_GAIN of it one that keeps more SMs busy
+        fastest = min(attention_seconds(problem, tiles, hardware) for tiles in fitting)
+        close = [tiles for tiles in fitting if attention_seconds(problem, tiles, hardware) <= fastest / (1 - SMALLER_TILE_GAIN)]
+        chosen = min(close, key=lambda tiles: (-sm_balance(problem, tiles, hardware), attention_seconds(problem, tiles, hardware)))
     return AttentionTiles(chosen.block_q, chosen.block_t, threads or chosen.threads, splits or chosen.splits, chosen.stages)
 
 
@@ -609,12 +707,23 @@ def sm_balance(problem: AttentionShape, tiles: AttentionTiles, hardware: Hardwar
 
 
 def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None) -> AttentionTiles:
-    """32 query rows per worker iteration × 64 keys (4 vectors), fewer keys
-    for a short sequence; rows, then keys, halved while the worker's tiles
-    outgrow its cache (`cpu_attention_resources`). `block` forces both."""
+    """Up to 128 query rows per worker iteration (at least 32) × 128 keys
+    (8 vectors; 4 on hosts of narrower vectors), fewer keys for a short
+    sequence; rows halved while there are fewer than 4 iterations per core,
+    then rows, then keys, halved while the worker's tiles outgrow its cache
+    (`cpu_attention_resources`). `block` forces both.
+
+    Each worker iteration packs every key tile it visits (kᵀ is a strided
+    scatter), so more rows per iteration pack less per score: MiniLM's
+    attention (D = 32, 1 thread, thread CPU time) took 1.6-1.75 ms at
+    32×64, 1.3-1.5 at 64×128 and 1.26-1.37 at 128×128 for S = 128, and
+    11.6-12.0 / 9.6-9.9 / 8.7-9.2 ms for S = 384; 64×256 was slower."""
     if block is not None:
         return AttentionTiles(*block)
-    bq, bt = 32, min(4 * hardware.warp_size, next_pow2(problem.t))
+    keys = 8 * hardware.warp_size if hardware.warp_size >= 16 else 4 * hardware.warp_size  # AVX2: not re-tuned
+    bq, bt = min(128, max(32, next_pow2(problem.s))), min(keys, next_pow2(problem.t))
+    while bq > 32 and problem.batch_size * ceil_div(problem.s, bq) < 4 * hardware.sm_count:
+        bq //= 2
     while cpu_attention_resources(AttentionTiles(bq, bt), problem).shared_bytes > hardware.shared_memory_per_block and bt > hardware.warp_size:
         if bq > 4:
             bq //= 2

@@ -6,6 +6,10 @@ computed without a GPU (`fusecc report model.ir --counters`).
   bank). A request is the k-th execution of one load or store by the lanes
   of a warp; its wavefronts are the most distinct 32-bit words any of the 32
   banks must serve, the ideal is its distinct words / 32.
+- shared_wavefronts_per_block: the wavefronts (each up to one 4-byte word
+  per bank) a sampled block's warp requests take, what the cost model's
+  shared-memory pipe counts (passes/fusion/gpu_kernels.py); a cp.async is
+  one store, where it is issued.
 - global_sector_efficiency: bytes the warp requests ask for over the bytes
   of the 32-byte sectors they touch (1.0: perfectly coalesced).
   Both come from the actual address stream of the exact kernels.cu on the
@@ -56,6 +60,7 @@ class KernelCounters:
     shared_bytes: int  # static + dynamic, per block
     shared_requests: int
     shared_bank_conflict_ways: float | None  # None: no shared-memory access
+    shared_wavefronts_per_block: float
     global_requests: int
     global_sector_efficiency: float | None
     registers: int | None  # None: NVRTC not available
@@ -128,6 +133,7 @@ def kernel_counters(cuda, manifest, inputs, hardware: Hardware, *, cache_dir: st
                 shared_bytes=shared,
                 shared_requests=counts.shared_requests,
                 shared_bank_conflict_ways=counts.shared_wavefronts / counts.shared_ideal_wavefronts if counts.shared_ideal_wavefronts else None,
+                shared_wavefronts_per_block=counts.shared_wavefronts / max(1, sum(min(SAMPLE_BLOCKS, math.prod(launch.grid)) for launch in launches)),
                 global_requests=counts.global_requests,
                 global_sector_efficiency=counts.global_requested_bytes / counts.global_sector_bytes if counts.global_sector_bytes else None,
                 registers=used.registers if used else None,

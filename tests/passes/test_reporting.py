@@ -100,7 +100,7 @@ def test_show_source_prints_one_kernel_or_one_group(capsys):
 def test_show_source_says_what_is_wrong(capsys):
     mlp = str(EXAMPLES / "mlp.ir")
     cases = [
-        (["--show-source", "fused_9_matmul"], "no kernel 'fused_9_matmul' in the fused program for h200 (kernels: fused_0_matmul, fused_1_matmul; or give a group id)"),
+        (["--show-source", "fused_9_matmul"], "no kernel 'fused_9_matmul' in the fused program for h200 (kernels: fused_0_matmul, fused_1_matmul, fused_1_matmul_reduce; or give a group id)"),
         (["--show-source", "0", "--level", "llvm", "--target", "cuda", "--gpu", "a100"], "LLVM IR is generated for the CPU; use --target cpu (not a100)"),
         (["--show-source", "0", "--level", "cuda", "--target", "cpu"], "CUDA C is generated for a GPU; use --target cuda (tuned with --gpu h200 or a100)"),
         (["--show-source", "0", "--measure"], "--show-source prints one kernel's source; run it without --measure and --json"),

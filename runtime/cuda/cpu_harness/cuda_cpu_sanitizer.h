@@ -388,7 +388,9 @@ FUSECC_CPU_HARNESS inline void block_end(Worker& w, int n) {
   flush_counters(w, n);
 }
 
-FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write, void* pc) {
+// `counted`: false for a cp.async landing at its wait (the copy's one shared
+// store was counted where it was issued; the landing is checked, not counted).
+FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write, void* pc, bool counted = true) {
   ThreadState& ts = this_thread;
   if (!ts.worker || ts.checking) return;
   Worker& w = *ts.worker;
@@ -400,12 +402,12 @@ FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write,
   if (a >= stack && a < stack + w.stack_slot) return;  // the thread's locals
   const Region& last = s.regions[s.last_region];
   if (s.region_count && last.kind == BUFFER && a >= last.start && a + size <= last.end) {
-    if (s.sampling) record(w, s, a, size, pc);
+    if (s.sampling && counted) record(w, s, a, size, pc);
     return;
   }
   for (int i = 0; i < 4; ++i)
     if (a >= s.builtins_lo[i] && a < s.builtins_hi[i]) return;
-  if (s.sampling && is_shared(s, a)) record(w, s, a, size, pc);
+  if (s.sampling && counted && is_shared(s, a)) record(w, s, a, size, pc);
   if (a >= s.dynamic.start && a < s.dynamic.limit) return shared_access(w, s.dynamic, a, size, write, pc);
   for (int i = 0; i < s.static_count; ++i) {
     Segment* seg = &s.statics[i];
@@ -422,7 +424,7 @@ FUSECC_CPU_HARNESS inline void check_access(void* address, int size, bool write,
     const Region& r = s.regions[i];
     if (r.kind == BUFFER && a >= r.start && a + size <= r.end) {
       s.last_region = i;
-      if (s.sampling) record(w, s, a, size, pc);
+      if (s.sampling && counted) record(w, s, a, size, pc);
       return;
     }
   }

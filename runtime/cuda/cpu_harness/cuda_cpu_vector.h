@@ -54,7 +54,7 @@ FUSECC_CPU_HARNESS inline void land(Queue& q, int end, void* wait_pc) {
   for (int i = 0; i < end; ++i) {
     Copy& c = q.copies[i];
 #ifdef FUSECC_CPU_SANITIZE
-    san::check_access(c.dst, int(c.bytes), true, wait_pc);
+    san::check_access(c.dst, int(c.bytes), true, wait_pc, false);  // counted at the issue
 #else
     (void)wait_pc;
 #endif

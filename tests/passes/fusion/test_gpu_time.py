@@ -201,5 +201,46 @@ def test_split_k_and_split_kv_are_timed_with_their_second_launch():
     for op in (matmul, attention):
         cost = cm.estimate_ops([op], H200)
         assert cost.launch.launches == 2 and cost.launch.blocks >= H200.sm_count
-        assert cost.work.dram_bytes > cost.bytes_moved  # the partial results, written and read back
+        assert cost.work.dram_bytes == cost.bytes_moved and cost.work.partial_bytes > 0  # the partial results
+        assert cost.gpu.combine_seconds > 0  # read back by the second kernel, after the first
+        assert cost.roofline_seconds == roofline_seconds(GpuWork(cost.bytes_moved, fma_flops=cost.work.fma_flops), H200)  # the op's own bound
         assert cost.gpu.launch_seconds == 2 * H200.launch_overhead
+
+
+def test_a_split_launch_reads_its_partials_back_after_the_first_kernel():
+    """The second kernel of split-K/split-KV starts when the first ends
+    (stream order): its read-back adds to the kernel time, never overlaps;
+    the partial writes are the first kernel's traffic; neither enters the
+    roofline bound."""
+    launch = GpuLaunch(264, 256, 64, 0, 64, launches=2)
+    plain = gpu_kernel_time(launch, GpuWork(10e6, fma_flops=1e9), H200)
+    split = gpu_kernel_time(launch, GpuWork(10e6, fma_flops=1e9, partial_bytes=48e6), H200)
+    assert split.combine_seconds == pytest.approx(48e6 / H200.memory_bandwidth)
+    assert split.memory_seconds == pytest.approx(58e6 / split.achieved_bandwidth)
+    assert split.kernel_seconds == pytest.approx(max(split.memory_seconds, split.compute_seconds, split.shared_seconds) + split.combine_seconds)
+    assert split.kernel_seconds > plain.kernel_seconds
+    assert roofline_seconds(GpuWork(10e6, fma_flops=1e9, partial_bytes=48e6), H200) == roofline_seconds(GpuWork(10e6, fma_flops=1e9), H200)
+
+
+@pytest.mark.parametrize(
+    "m, k, n",
+    [(128, 768, 2304), (128, 3072, 768), (128, 768, 768), (4096, 4096, 4096), (1, 2816, 1024), (512, 1024, 1024), (3, 17, 1000)],
+    ids=["qkv", "ffn-down-split-k", "out-proj", "4096", "decode-split-k", "512", "tiny"],
+)
+def test_the_tile_chooser_times_a_matmul_as_the_cost_model_does(m, k, n):
+    """The tiler may not import the cost model, so `gpu_matmul_seconds`
+    repeats its arithmetic for the FMA template: the two agree (the chooser
+    adds the second launch of split-K, and rounds each K range up to whole
+    BK steps)."""
+    from fusecc.compiler.types import f32
+    from fusecc.passes.fusion import cost_model as cm
+    from fusecc.passes.tiling.contractions import MatmulShape, choose_gpu_matmul_tiles, gpu_matmul_seconds
+
+    op = _only_op(
+        f"func.func @f(%x: tensor<{m}x{k}xf32>, %w: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{\n"
+        f"  %0 = tensor.matmul %x, %w : (tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>\n"
+        f"  func.return %0 : tensor<{m}x{n}xf32>\n}}\n"
+    )
+    tiles = choose_gpu_matmul_tiles(MatmulShape.of_op(op), H200)
+    chooser = gpu_matmul_seconds(1, m, n, k, tiles, f32, H200) - (H200.launch_overhead if tiles.split_k > 1 else 0.0)
+    assert chooser == pytest.approx(cm.estimate_ops([op], H200).gpu.kernel_seconds, rel=0.05)

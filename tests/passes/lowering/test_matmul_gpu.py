@@ -22,6 +22,7 @@ from fusecc.dialects.loop_vector import LoadVectorOp
 from fusecc.driver import cuda_level
 from fusecc.passes.backends.cuda.emit import emit_cuda
 from fusecc.passes.backends.hardware import H200
+from fusecc.passes.tiling.contractions import GPU_MATMUL_TILES as GPU_TILES
 from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
 from fusecc.runtime.cuda.cpu_harness.sanitizer import run_sanitized
 from fusecc.runtime.reference import evaluate
@@ -148,14 +149,14 @@ def test_main_loop_makes_at_most_one_shared_load_per_four_fmas(shape):
 
 @pytest.mark.parametrize(
     "shape, splits",
-    [((1, 2816, 1024), 3), ((2, 3, 1000, 17), 3)],
+    [((1, 2816, 1024), 9), ((2, 3, 3000, 17), 11)],
     ids=["decode-1x2816x1024", "batched-ragged-k"],
 )
 def test_split_k_fills_the_sms_and_adds_in_a_fixed_order(shape, splits, cuda_cache_dir):
     # A decoding step (one row against a 2816x1024 weight: 64 blocks of 16x16
-    # for 132 SMs, 192 with K in 3 ranges) and a batched matmul with a ragged
-    # K (4 blocks; K = 1000 gives 3 ranges of 8 BK steps or more): partial
-    # sums to scratch, a second kernel adds them in order.
+    # for 132 SMs, 576 with K in 9 ranges) and a batched matmul with a ragged
+    # K (4 blocks; K = 3000 in 11 ranges of 9 BK steps, the last 120 long):
+    # partial sums to scratch, a second kernel adds them in order.
     *batch, m, k, n = shape
     module = group_module("matmul", [t(*batch, m, k), t(k, n), t(n)], bias_relu)
     lowered = lower_group(module, H200)
@@ -177,14 +178,22 @@ def test_split_k_fills_the_sms_and_adds_in_a_fixed_order(shape, splits, cuda_cac
     np.testing.assert_allclose(got, evaluate(module, "main", inputs)[0], rtol=1e-4, atol=1e-4)
 
 
-def test_split_k_only_where_the_grid_leaves_sms_idle_and_k_is_long():
-    from fusecc.passes.tiling.contractions import split_k_for
+def test_split_k_where_the_model_finds_it_pays():
+    """Split-K ranges are whole BK steps, at least SPLIT_K_MIN_STEPS each;
+    the chooser splits where the second kernel's launch and read-back cost
+    less than the SMs an unsplit grid leaves idle."""
+    from fusecc.compiler.types import f32
+    from fusecc.passes.tiling.contractions import GpuMatmulTiles, best_split_k, split_k_choices, split_k_ranges
 
-    assert split_k_for(64, 2816, 32, H200) == 3  # ceil(132 / 64) ranges of 30 BK steps
-    assert split_k_for(16, 2048, 32, H200) == 8  # 8 BK steps each at least
-    assert split_k_for(200, 4096, 32, H200) == 1  # the grid fills the SMs already
-    assert split_k_for(4, 100, 32, H200) == 1  # K too short to share
-    assert split_k_for(0, 4096, 32, H200) == 1  # an empty output
+    assert split_k_choices(2816, 32) == list(range(1, 12))  # 2816 / (8 x 32)
+    assert split_k_choices(100, 32) == [1]  # K too short to share
+    assert split_k_choices(0, 32) == [1]  # an empty K
+    assert split_k_ranges(3000, 32, 11) == 11 and split_k_ranges(1000, 32, 3) == 3
+    assert split_k_ranges(288, 32, 8) == 5  # ranges of 36 -> 64 (whole BK steps): 5, none empty
+    tile = GpuMatmulTiles(16, 16, 32, 32, 2)
+    assert best_split_k(1, 1, 1024, 2816, tile, f32, H200) == 9  # 64 blocks: 576 with K in 9 ranges
+    assert best_split_k(1, 4096, 4096, 4096, tile, f32, H200) == 1  # 65536 blocks fill the SMs already
+    assert best_split_k(0, 4, 4, 4096, tile, f32, H200) == 1  # an empty output
 
 
 # Tiny and odd extents, batched (K = N = 1 among them), and a K with an empty
@@ -252,3 +261,51 @@ def test_empty_matmuls_lower_through_the_template_and_split_k(a, b):
     problem = MatmulProblem.of(group)
     split = lower_matmul_split_k(group, problem, dataclasses.replace(gpu_matmul_tiles(group, problem, H200), split_k=2), H200)
     assert len(split.launches) == 2
+
+
+def _forced_tile_module(bm: int, bn: int, threads: int):
+    """One ragged matmul (M = N = K = 129: a partial tile on every axis and a
+    partial BK step) + bias + ReLU, with the tile forced as the tiler writes it."""
+    attrs = {"tile.block": [bm, bn], "tile.k": 32, "tile.threads": threads}
+    return group_module("matmul", [t(129, 129), t(129, 129), t(129)], bias_relu, attrs)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("tile", GPU_TILES, ids=[f"{m}x{n}x{th}" for m, n, th in GPU_TILES])
+def test_every_chooser_tile_compiles_without_spills(tile, arch):
+    from fusecc.passes.lowering.matmul import MatmulProblem, gpu_matmul_resources, gpu_matmul_tiles
+    from fusecc.runtime.cuda import resources
+    from fusecc.runtime.cuda.nvrtc import NvrtcUnavailable
+
+    module = _forced_tile_module(*tile)
+    hardware = H200 if arch == "sm_90" else dataclasses.replace(H200, arch="sm_80")
+    group = the_group(module)
+    tiles = gpu_matmul_tiles(group, MatmulProblem.of(group), hardware)
+    assert (tiles.block_m, tiles.block_n, tiles.threads) == tile
+    estimate = gpu_matmul_resources(tiles, f32).registers_per_thread
+    cuda = emit_cuda(lower_group(module, hardware), "tile.ir")
+    try:
+        (usage,) = resources.resource_usage(cuda.text, "tile.cu", arch).values()
+    except NvrtcUnavailable as exc:
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    assert not usage.spills and usage.stack_bytes == 0
+    assert usage.registers <= 1.15 * estimate, f"ptxas uses {usage.registers} registers, the estimate says {estimate}"
+
+
+@pytest.mark.parametrize("tile", GPU_TILES, ids=[f"{m}x{n}x{th}" for m, n, th in GPU_TILES])
+def test_every_chooser_tile_runs_ragged_extents_clean_and_right(tile, cuda_cache_dir):
+    module = _forced_tile_module(*tile)
+    rng = np.random.default_rng(5)
+    inputs = [rng.uniform(-1, 1, a.type.shape).astype(np.float32) for a in module.lookup("main").body.args]
+    flat = inputs[0].reshape(-1)
+    flat[[7, 300, 4000, 9000]] = (np.nan, np.inf, -np.inf, -0.0)
+    expected = evaluate(module, "main", inputs)[0]
+    lowered = lower_group(module, H200)
+    cuda = emit_cuda(lowered, "tile.ir")
+    try:
+        outputs, findings = run_sanitized(cuda_level.build_manifest(lowered, cuda, "tile.cu"), cuda.text, inputs, cache_dir=cuda_cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert not findings, "\n".join(map(str, findings))
+    ((_, got),) = outputs.items()
+    check({"out": got}, [expected])
