@@ -40,3 +40,11 @@ def test_write_docs_replaces_only_its_own_block(tmp_path, monkeypatch):
     torch_bench.write_docs("new table", "cpu")
     text = doc.read_text()
     assert "new table" in text and "old" not in text and "kept" in text and text.startswith("a\n") and "\nb\n" in text
+
+
+def test_breakdown_runs_every_layer_down_to_the_kernels_alone():
+    with torch.no_grad():  # as main() runs it
+        text = torch_bench.breakdown(rounds=1, calls=2)
+    for row in ("| fusecc frozen, through torch.compile |", "| ... the runner's call by data pointers (SchedulePlan.call) |",
+                "launches as one native call of the encoded steps) |", "| ... Program.__call__ |"):
+        assert row in text
