@@ -27,8 +27,10 @@ from fusecc.runtime.cpu.executor import CompiledProgram, WorkerPool  # noqa: E40
 from fusecc.runtime.loop_interpreter import run_schedule  # noqa: E402
 from fusecc.runtime.reference import evaluate  # noqa: E402
 
-# (heads, S, T, D): every size on the S and T axes.
-SHAPES = [(2, 1, 384, 32), (3, 3, 17, 8), (2, 17, 129, 32), (1, 129, 3, 8), (2, 384, 1, 32), (1, 129, 384, 16)]
+# (heads, S, T, D): every size on the S and T axes; the last two with
+# enough heads for 128-row query tiles (a ragged last one of S = 129) and
+# 128-key tiles (a ragged last one of T = 129).
+SHAPES = [(2, 1, 384, 32), (3, 3, 17, 8), (2, 17, 129, 32), (1, 129, 3, 8), (2, 384, 1, 32), (1, 129, 384, 16), (8, 129, 384, 32), (8, 384, 129, 16)]
 
 
 def program_text(h: int, s: int, t: int, d: int, mask_shape: tuple[int, ...]) -> str:
@@ -88,8 +90,21 @@ def test_masked_attention_matches_the_reference_on_ragged_shapes(h, s, t, d, mas
     assert_matches_reference(got, want)
 
 
-def test_salted_inputs_and_mask():
-    h, s, t, d = 2, 17, 129, 8
+def test_large_tiles_are_what_the_ragged_shapes_above_exercise():
+    from fusecc.passes.backends.hardware import CPU
+    from fusecc.passes.tiling.contractions import choose_cpu_attention_tiles
+    from fusecc.passes.lowering.attention import AttentionProblem
+    from fusecc.dialects import tensor as T
+
+    for (h, s, t, d), want in {(8, 129, 384, 32): (128, 128), (8, 384, 129, 16): (128, 128), (1, 129, 384, 16): (32, 128), (2, 17, 129, 32): (32, 128)}.items():
+        module = parse_module(program_text(h, s, t, d, (s, t)))
+        op = next(o for o in module.walk() if isinstance(o, T.AttentionOp))
+        tiles = choose_cpu_attention_tiles(AttentionProblem.of_op(op), CPU)
+        assert (tiles.block_q, tiles.block_t) == want, (h, s, t, d)
+
+
+@pytest.mark.parametrize("h, s, t, d", [(2, 17, 129, 8), (8, 129, 384, 16)])
+def test_salted_inputs_and_mask(h, s, t, d):
     rng = np.random.default_rng(3)
     _, program = compiled(program_text(h, s, t, d, (s, t)), threads=2)
     reference = parse_module(program_text(h, s, t, d, (s, t)))
