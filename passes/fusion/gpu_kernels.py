@@ -82,7 +82,7 @@ def gpu_launch_and_shared(
     warps = math.ceil(threads / hardware.warp_size)
     inputs = max(1, len(body.inputs))
     if kind == "matmul" and (op := _contraction(body, None)) is not None and len(tiles.block) == 2:
-        problem = MatmulShape.of_op(op)
+        problem = MatmulShape.of_op(op, inside=body.members)
         bm, bn = tiles.block
         bk = max(1, tiles.k)
         split_k = 1 if on_tensor_cores else matmul_split_k(problem, tiles, hardware)
@@ -136,7 +136,7 @@ def split_k_bytes(body: KernelBody, tiles: TileConfig, hardware: Hardware) -> fl
     op = _contraction(body, None)
     if op is None or op.name != "tensor.matmul" or len(tiles.block) != 2:
         return 0.0
-    problem = MatmulShape.of_op(op)
+    problem = MatmulShape.of_op(op, inside=body.members)
     split_k = matmul_split_k(problem, tiles, hardware)
     return 0.0 if split_k == 1 else float(split_k * problem.batch_size * problem.m * problem.n * WORD)
 

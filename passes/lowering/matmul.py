@@ -73,11 +73,11 @@ from fusecc.passes.lowering.matmul_checks import MAX_GRID_YZ, check_gpu_tiles, c
 from fusecc.passes.lowering.matmul_gpu import lower_matmul_gpu  # the GPU template (padded tiles, vector loads, cp.async)
 from fusecc.passes.lowering.matmul_split_k import lower_matmul_split_k
 from fusecc.passes.lowering.matmul_mma import lower_matmul_mma, mma_kind
-from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index, concat_boundaries
+from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index
 from fusecc.passes.lowering.spans import Span, in_span, spans, total_tiles  # noqa: F401  (the templates share them)
 from fusecc.passes.tiling.tile import hinted_copy
 from fusecc.passes.tiling.contractions import (
-    MAX_SPECIALISED_COPIES,
+    MAX_SPECIALISED_COPIES,  # noqa: F401  (the tests ask it here)
     CpuMatmulTiles,
     GpuMatmulTiles,
     MatmulShape,
@@ -133,31 +133,6 @@ class MatmulProblem(MatmulShape):
         if self.rhs.type.rank > 1:
             idx.append(n)
         return idx
-
-    def piece_bounds(self) -> dict[str, tuple[int, ...]]:
-        """Per axis of the product ("m", "n", "k"): 0, the offsets where a
-        concatenated operand changes pieces (`concat_boundaries`), the extent.
-        Sibling matmuls merged on concatenated weights cut N; at most
-        MAX_SPECIALISED_COPIES combinations of ranges are specialised (N
-        first, then K, then M), the other axes keep one range."""
-        cuts: dict[str, set[int]] = {"m": set(), "n": set(), "k": set()}
-        for operand, transposed, (row, col) in ((self.lhs, self.op.attr("transpose_a"), "mk"), (self.rhs, self.op.attr("transpose_b"), "kn")):
-            rank = operand.type.rank
-            if rank == 1:
-                cuts["k"] |= concat_boundaries(operand, 0)
-                continue
-            row_axis, col_axis = (rank - 1, rank - 2) if transposed else (rank - 2, rank - 1)
-            cuts[row] |= concat_boundaries(operand, row_axis)
-            cuts[col] |= concat_boundaries(operand, col_axis)
-        extents = {"m": self.m, "n": self.n, "k": self.k}
-        bounds, copies = {}, 1
-        for axis in "nkm":
-            inner = sorted(cuts[axis])
-            if copies * (len(inner) + 1) > MAX_SPECIALISED_COPIES:
-                inner = []
-            copies *= len(inner) + 1
-            bounds[axis] = (0, *inner, extents[axis])
-        return bounds
 
 
 # --------------------------------------------------------------------------- tile sizes
@@ -242,7 +217,7 @@ def lower_matmul(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     if kind is not None:
         return lower_matmul_mma(group, problem, kind, hardware)
     tiles = dynamic_gpu_tiles(group, hardware) if dynamic else gpu_matmul_tiles(group, problem, hardware)
-    if tiles.split_k > 1 and len(problem.piece_bounds()["k"]) == 2:  # one range of K (split-K does not cut concatenated pieces)
+    if tiles.split_k > 1 and problem.k_splittable:  # the chooser splits only such K (MatmulShape.k_splittable)
         return lower_matmul_split_k(group, problem, tiles, hardware)
     writer = lower_matmul_gpu(group, problem, replace(tiles, split_k=1), hardware)
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])

@@ -38,6 +38,7 @@ from fusecc.passes.lowering.scalar_formulas import (  # noqa: F401 (_number_attr
     _compute_type,
     _number_attr,
 )
+from fusecc.passes.tiling.shapes import concat_boundaries  # noqa: F401 (re-exported: the templates import it here)
 
 Index = Sequence[Value]
 
@@ -396,33 +397,6 @@ class ScalarEmitter:
         self.b.create(loop.YieldOp, [self._concat_from(op, rest, idx, axis, end)])
         self.b.set_insertion_point(saved)
         return branch.results[0]
-
-
-def concat_boundaries(value: Value, axis: int) -> set[int]:
-    """Where, along `axis` of `value` (0 < b < extent), the group input an
-    element is computed from changes because of a concatenation: through
-    concats (nested too), transposes and elementwise ops on same-shape
-    operands, as the emitter follows them. Ranges between two boundaries
-    can be read without branching once the index's range is assumed."""
-    op = value.defining_op
-    if op is None:
-        return set()
-    if isinstance(op, T.ConcatOp):
-        if op.attr("axis") % op.result.type.rank != axis:
-            return set().union(*(concat_boundaries(piece, axis) for piece in op.inputs))
-        found, offset = set(), 0
-        for piece in op.inputs:
-            found |= {offset + b for b in concat_boundaries(piece, axis)}
-            offset += piece.type.shape[axis]
-            found.add(offset)
-        found.discard(offset)
-        return found
-    if isinstance(op, T.TransposeOp):
-        return concat_boundaries(op.input, op.attr("perm")[axis])
-    if op.name in SCALAR_FORMULAS:
-        same = [v for v in op.operands if v.type.shape == value.type.shape]
-        return set().union(*(concat_boundaries(v, axis) for v in same))
-    return set()
 
 
 def is_elementwise_computable(op: Operation) -> bool:

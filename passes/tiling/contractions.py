@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from fusecc.compiler.dims import hinted, hinted_shape
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.types import ScalarType, broadcast_shapes, f32
 from fusecc.passes.backends.hardware import SCHEDULERS_PER_SM, Hardware, resident_blocks
-from fusecc.passes.tiling.shapes import ceil_div, compute_type, next_pow2
+from fusecc.passes.tiling.shapes import ceil_div, compute_type, concat_boundaries, next_pow2
 
 # The most specialised copies of the inner loops one kernel gets for the
 # pieces of its concatenated operands (ranges along M x N x K); the cost model
@@ -42,14 +42,17 @@ class MatmulShape:
     m: int
     n: int
     k: int
+    # The group's ops where the operands' producers are not yet a group's
+    # region (a candidate group of the cost model): `concat_boundaries`' `inside`.
+    inside: frozenset | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of_op(cls, op: Operation) -> "MatmulShape":
+    def of_op(cls, op: Operation, inside=None) -> "MatmulShape":
         a, b = cls._logical(op.lhs.type.shape, op.attr("transpose_a")), cls._logical(op.rhs.type.shape, op.attr("transpose_b"))
         m = a[-2] if len(a) >= 2 else 1
         n = b[-1] if len(b) >= 2 else 1
         batch = broadcast_shapes(a[:-2], b[:-2])
-        return cls(op, tuple(batch), m, n, a[-1])
+        return cls(op, tuple(batch), m, n, a[-1], frozenset(inside) if inside is not None else None)
 
     @staticmethod
     def _logical(shape, transposed: bool) -> tuple[int, ...]:
@@ -74,6 +77,40 @@ class MatmulShape:
     @property
     def accumulator(self) -> ScalarType:
         return compute_type(self.result.type.element_type)
+
+    def piece_bounds(self) -> dict[str, tuple[int, ...]]:
+        """Per axis of the product ("m", "n", "k"): 0, the offsets where a
+        concatenated operand changes pieces (`concat_boundaries`), the extent.
+        Sibling matmuls merged on concatenated weights cut N; at most
+        MAX_SPECIALISED_COPIES combinations of ranges are specialised (N
+        first, then K, then M), the other axes keep one range."""
+        cuts: dict[str, set[int]] = {"m": set(), "n": set(), "k": set()}
+        for operand, transposed, (row, col) in ((self.lhs, self.op.attr("transpose_a"), "mk"), (self.rhs, self.op.attr("transpose_b"), "kn")):
+            rank = operand.type.rank
+            if rank == 1:
+                cuts["k"] |= concat_boundaries(operand, 0, self.inside)
+                continue
+            row_axis, col_axis = (rank - 1, rank - 2) if transposed else (rank - 2, rank - 1)
+            cuts[row] |= concat_boundaries(operand, row_axis, self.inside)
+            cuts[col] |= concat_boundaries(operand, col_axis, self.inside)
+        extents = {"m": self.m, "n": self.n, "k": self.k}
+        bounds, copies = {}, 1
+        for axis in "nkm":
+            inner = sorted(cuts[axis])
+            if copies * (len(inner) + 1) > MAX_SPECIALISED_COPIES:
+                inner = []
+            copies *= len(inner) + 1
+            bounds[axis] = (0, *inner, extents[axis])
+        return bounds
+
+    @property
+    def k_splittable(self) -> bool:
+        """Can the GPU FMA template sum K in separate ranges (split-K)? Only
+        where it reads K as one range: it does not cut the pieces of an
+        operand concatenated along K (`piece_bounds`). The one predicate the
+        tile chooser, the cost model (through it) and the lowering ask, so
+        such a matmul is tiled and costed as it runs: unsplit."""
+        return len(self.piece_bounds()["k"]) == 2
 
 
 @dataclass(frozen=True)
@@ -303,9 +340,9 @@ def gpu_matmul_seconds(batch: int, m: int, n: int, k: int, tiles: GpuMatmulTiles
 
 
 @functools.lru_cache(maxsize=1024)
-def _best_gpu_tiles(batch: int, m: int, n: int, k: int, element: ScalarType, hardware: Hardware) -> GpuMatmulTiles:
+def _best_gpu_tiles(batch: int, m: int, n: int, k: int, element: ScalarType, hardware: Hardware, splittable: bool = True) -> GpuMatmulTiles:
     """`choose_gpu_matmul_tiles`'s own choice (memoised: the fusion planner
-    asks about the same shapes many times)."""
+    asks about the same shapes many times); K unsplit unless `splittable`."""
     fitting = []
     stages = gpu_matmul_stages(hardware)
     bk = default_block_k(k)
@@ -315,7 +352,7 @@ def _best_gpu_tiles(batch: int, m: int, n: int, k: int, element: ScalarType, har
         tiles = GpuMatmulTiles(bm, bn, bk, t, stages)
         if resource_problem(gpu_matmul_resources(tiles, element), hardware, "matmul") is not None:
             continue
-        fitting += [replace(tiles, split_k=s) for s in split_k_choices(k, bk)]
+        fitting += [replace(tiles, split_k=s) for s in (split_k_choices(k, bk) if splittable else [1])]
     if not fitting:
         last = GPU_MATMUL_TILES[-1]
         return GpuMatmulTiles(last[0], last[1], bk, last[2], stages)
@@ -351,7 +388,8 @@ def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
     """The block tile for `problem`: of the tiles in `GPU_MATMUL_TILES` whose
     registers and shared memory fit (`gpu_matmul_resources`) and that the
     matrix fills (BM ≤ M, BN ≤ N, rounded up to a power of two), each with K
-    in one range or split (`split_k_choices`), the one the model finds
+    in one range or, where the template can (`MatmulShape.k_splittable`),
+    split (`split_k_choices`), the one the model finds
     fastest (`gpu_matmul_seconds`), among those whose grid gives every SM at
     least one block (a full wave) if any do; a smaller tile or more K
     ranges only where that is SMALLER_TILE_GAIN faster.
@@ -369,7 +407,8 @@ def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
     fastest for the forced tile (`best_split_k`), so the cost model, the
     tiler and the template, asking with the tiler's tile, agree."""
     element = problem.result.type.element_type
-    chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.k, element, hardware)
+    splittable = problem.k_splittable
+    chosen = _best_gpu_tiles(problem.batch_size, problem.m, problem.n, problem.k, element, hardware, splittable)
     if block is None and k is None and threads is None:
         return chosen
     if block is None:
@@ -380,7 +419,7 @@ def choose_gpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
     tiles = GpuMatmulTiles(bm, bn, k or default_block_k(problem.k), threads or default_threads, gpu_matmul_stages(hardware))
     if (tiles.block_m, tiles.block_n, tiles.block_k, tiles.threads) == (chosen.block_m, chosen.block_n, chosen.block_k, chosen.threads):
         return chosen
-    return replace(tiles, split_k=best_split_k(problem.batch_size, problem.m, problem.n, problem.k, tiles, element, hardware))
+    return replace(tiles, split_k=best_split_k(problem.batch_size, problem.m, problem.n, problem.k, tiles, element, hardware) if splittable else 1)
 
 
 # Split-K pays where the grid leaves SMs idle and each range of K stays long:

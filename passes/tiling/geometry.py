@@ -180,7 +180,7 @@ def _contraction(ops, name: str):
 
 def _matmul(ops, hw: Hardware, o: Overrides) -> TileConfig:
     """The matmul template's tiles (`contractions.choose_matmul_tiles`)."""
-    problem = MatmulShape.of_op(_contraction(ops, "tensor.matmul"))
+    problem = MatmulShape.of_op(_contraction(ops, "tensor.matmul"), inside=ops)  # a concat among them cuts K: no split-K
     block = o.block if o.block is not None and len(o.block) == 2 else None
     tiles = choose_matmul_tiles(problem, hw, block, o.k, o.threads)
     if not hw.is_gpu:

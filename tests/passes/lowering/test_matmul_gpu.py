@@ -23,6 +23,7 @@ from fusecc.driver import cuda_level
 from fusecc.passes.backends.cuda.emit import emit_cuda
 from fusecc.passes.backends.hardware import H200
 from fusecc.passes.tiling.contractions import GPU_MATMUL_TILES as GPU_TILES
+from fusecc.passes.tiling.contractions import MatmulShape
 from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
 from fusecc.runtime.cuda.cpu_harness.sanitizer import run_sanitized
 from fusecc.runtime.reference import evaluate
@@ -309,3 +310,89 @@ def test_every_chooser_tile_runs_ragged_extents_clean_and_right(tile, cuda_cache
     assert not findings, "\n".join(map(str, findings))
     ((_, got),) = outputs.items()
     check({"out": got}, [expected])
+
+
+# A matmul whose K operand is concatenated along K (FFN-down over two halves
+# of the hidden state, or a weight stored in two pieces): the template reads
+# each piece's span in its own K loop and cannot split K
+# (`MatmulShape.k_splittable`), so the chooser and the cost model must tile
+# and cost it unsplit. (They assumed the split: FFN-down's 128x64 tile, chosen
+# for K in 11 ranges, ran unsplit in 12 blocks on 132 SMs.)
+def concat_k_program(m: int, pieces: tuple[int, ...], n: int, b_pieces: tuple[int, ...] = ()) -> str:
+    """A = concat of `pieces` along K, times B (itself concatenated along K
+    when `b_pieces` is given), + bias."""
+    k = sum(pieces)
+    args = [f"%x{i}: tensor<{m}x{p}xf32>" for i, p in enumerate(pieces)]
+    args += [f"%w{i}: tensor<{p}x{n}xf32>" for i, p in enumerate(b_pieces)] if b_pieces else [f"%w: tensor<{k}x{n}xf32>"]
+    args.append(f"%c: tensor<{n}xf32>")
+    a_types = ", ".join(f"tensor<{m}x{p}xf32>" for p in pieces)
+    body = [f"  %a = tensor.concat {', '.join(f'%x{i}' for i in range(len(pieces)))} {{axis = 1}} : ({a_types}) -> tensor<{m}x{k}xf32>"]
+    weight = "%w"
+    if b_pieces:
+        b_types = ", ".join(f"tensor<{p}x{n}xf32>" for p in b_pieces)
+        body.append(f"  %wk = tensor.concat {', '.join(f'%w{i}' for i in range(len(b_pieces)))} {{axis = 0}} : ({b_types}) -> tensor<{k}x{n}xf32>")
+        weight = "%wk"
+    out = f"tensor<{m}x{n}xf32>"
+    body.append(f"  %p = tensor.matmul %a, {weight} : (tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> {out}")
+    body.append(f"  %s = tensor.add %p, %c : ({out}, tensor<{n}xf32>) -> {out}")
+    return "\n".join([f"func.func @main({', '.join(args)}) -> {out} {{", *body, f"  func.return %s : {out}\n}}\n"])
+
+
+def test_a_concatenated_k_is_tiled_costed_and_lowered_unsplit():
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.compiler.pass_manager import PassContext
+    from fusecc.driver.cuda_target import lower_to_cuda
+    from fusecc.driver.reporting import report_data
+    from fusecc.passes.tiling.contractions import choose_gpu_matmul_tiles, gpu_matmul_seconds
+
+    text = concat_k_program(128, (1536, 1536), 768)
+    module = parse_module(text, "concat_k.ir")
+    verify(module)
+    (op,) = [o for o in module.walk() if o.name == "tensor.matmul"]
+    problem = MatmulShape.of_op(op)
+    assert not problem.k_splittable and problem.piece_bounds()["k"] == (0, 1536, 3072)
+    contiguous = MatmulShape.of_op(op, inside=[op])  # the concat outside the group: A is read whole
+    assert contiguous.k_splittable
+    for_splitting = choose_gpu_matmul_tiles(contiguous, H200)
+    assert for_splitting.split_k > 1  # FFN-down's shape: split where it can be
+    chosen = choose_gpu_matmul_tiles(problem, H200)
+    blocks = (128 // chosen.block_m) * (768 // chosen.block_n)
+    assert chosen.split_k == 1 and blocks >= H200.sm_count
+    unsplit = dataclasses.replace(for_splitting, split_k=1)  # what the old chooser's tile ran as: 12 blocks
+    assert gpu_matmul_seconds(1, 128, 768, 3072, chosen, f32, H200) < gpu_matmul_seconds(1, 128, 768, 3072, unsplit, f32, H200)
+    # the cost model times that grid, and the lowering launches it: one kernel, no partial sums
+    (group,) = [g for g in report_data(module, "h200", DiagnosticEngine())["groups"] if g["kind"] == "matmul"]
+    assert group["blocks"] == blocks and group["threads_per_block"] == chosen.threads
+    lowered = parse_module(text, "concat_k.ir")
+    lower_to_cuda(lowered, "sm_90", PassContext(target="h200"))
+    (kernel,) = [o for o in lowered.walk() if o.name == "loop.kernel"]
+    (grid, block) = kernel.launch_dims()
+    assert (grid[0] * grid[1] * grid[2], block[0]) == (blocks, chosen.threads)
+
+
+def test_a_concatenated_k_runs_clean_and_right(cuda_cache_dir):
+    """Ragged pieces of K on both operands (A's 1000 + 129, B's 384 + 745: the
+    spans cut K at 384 and 1000), M = 17, N = 129: a grid the chooser would
+    have split, run unsplit, sanitized, with NaN, ±inf and -0.0 in A and B."""
+    from fusecc.driver.cuda_target import compile_program
+
+    module = parse_module(concat_k_program(17, (1000, 129), 129, (384, 745)), "concat_k.ir")
+    verify(module)
+    (op,) = [o for o in module.walk() if o.name == "tensor.matmul"]
+    problem = MatmulShape.of_op(op)
+    assert not problem.k_splittable and problem.piece_bounds()["k"] == (0, 384, 1000, 1129)
+    rng = np.random.default_rng(6)
+    inputs = [rng.uniform(-1, 1, t.shape).astype(np.float32) for t in module.lookup("main").function_type.inputs]
+    inputs[0][[0, 3, 9, 16], [5, 999, 0, 512]] = (np.nan, np.inf, -np.inf, -0.0)
+    inputs[1][4, :] = -0.0
+    inputs[3][10, 7] = np.inf
+    expected = evaluate(module, "main", inputs)
+    source, manifest = compile_program(module, "main", "sm_90")
+    assert "_reduce" not in source  # one kernel: K unsplit
+    try:
+        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert not findings, "\n".join(map(str, findings))
+    check(outputs, expected)
+

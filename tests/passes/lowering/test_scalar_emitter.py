@@ -113,6 +113,23 @@ def test_concat_boundaries_follow_concats_elementwise_ops_and_transposes():
     result = group.yield_op.operands[0]  # transposed: axis 0 is the inner concat's axis 1
     assert concat_boundaries(result, 0) == {5}
     assert concat_boundaries(result, 1) == {3}
+    transpose = result.defining_op
+    outer = transpose.input.defining_op
+    # a candidate group of the transpose and the outer concat: the inner concat is made outside, read whole
+    assert concat_boundaries(result, 1, inside={transpose, outer}) == {3}
+    assert concat_boundaries(result, 0, inside={transpose, outer}) == set()
+
+
+def test_concat_boundaries_follow_exactly_the_ops_with_a_scalar_formula():
+    """tiling/shapes.concat_boundaries (which the tile chooser asks too, below
+    the lowering) follows the Elementwise ops; the emitter follows the ops
+    of SCALAR_FORMULAS: the same set, or the cuts would not be the spans."""
+    import fusecc.dialects  # noqa: F401  (every op registered)
+    from fusecc.compiler.op_definitions import OP_REGISTRY
+    from fusecc.compiler.traits import Elementwise
+    from fusecc.passes.lowering.scalar_formulas import SCALAR_FORMULAS
+
+    assert {name for name, op in OP_REGISTRY.items() if Elementwise in op.traits} == set(SCALAR_FORMULAS)
 
 
 def test_a_concat_at_an_index_of_known_range_reads_its_piece_without_a_branch():

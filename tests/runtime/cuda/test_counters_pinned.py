@@ -120,10 +120,35 @@ def test_example_counters_stay_pinned(example, cuda_cache_dir):
     check_model_agrees(rows, parse_module((EXAMPLES / example).read_text(), example))
 
 
+CONCAT_K_FFN_DOWN = """func.func @main(%x: tensor<128x1536xf32>, %y: tensor<128x1536xf32>, %w: tensor<3072x768xf32>, %c: tensor<768xf32>) -> tensor<128x768xf32> {
+  %a = tensor.concat %x, %y {axis = 1} : (tensor<128x1536xf32>, tensor<128x1536xf32>) -> tensor<128x3072xf32>
+  %p = tensor.matmul %a, %w : (tensor<128x3072xf32>, tensor<3072x768xf32>) -> tensor<128x768xf32>
+  %s = tensor.add %p, %c : (tensor<128x768xf32>, tensor<768xf32>) -> tensor<128x768xf32>
+  func.return %s : tensor<128x768xf32>
+}
+"""
+
+
+def test_a_concatenated_k_runs_the_grid_the_model_costs(cuda_cache_dir):
+    """FFN-down with A concatenated along K (two 128x1536 halves): the
+    template cannot split such a K (`MatmulShape.k_splittable`), so the
+    chooser takes the best unsplit tile (32x16 over two warps: 192 blocks,
+    one kernel) and the model costs that grid, not 128x64 split in 11 (which
+    ran as 12 blocks). Grid, wavefronts per block and conflicts as measured."""
+    from fusecc.compiler import parse_module, verify
+
+    text = CONCAT_K_FFN_DOWN
+    module = parse_module(text, "concat_k.ir")
+    verify(module)
+    rows = measure(module, cuda_cache_dir)
+    check(rows, {"fused_0_matmul": Pin(192, 64, 13312, 1.001, 1.0, 64, 0.5, 0.0909)})
+    check_model_agrees(rows, parse_module(text, "concat_k.ir"), least=1)
+
+
 MODEL_WAVEFRONT_SLACK = 0.01  # the measured ways of 1.003 (a few staging stores of ragged rows)
 
 
-def check_model_agrees(rows, module):
+def check_model_agrees(rows, module, least: int = 3):
     """The cost model's shared-memory pipe counts, per block of each matmul
     and attention kernel, the wavefronts the harness measures from the
     kernel's address stream (the sampled blocks: whole K and key ranges),
@@ -142,7 +167,7 @@ def check_model_agrees(rows, module):
         assert group["blocks"] == row.grid_blocks and group["threads_per_block"] == row.threads_per_block, where
         assert group["shared_wavefronts_per_block"] == pytest.approx(row.shared_wavefronts_per_block, rel=MODEL_WAVEFRONT_SLACK), where
         checked += 1
-    assert checked >= 3
+    assert checked >= least
 
 
 @pytest.mark.slow
