@@ -118,10 +118,77 @@ def attention_counters() -> str:
     return "\n".join(lines) + "\n"
 
 
+def attention_alternatives(example: str = "encoder_block.ir") -> str:
+    """The attention of `example` (after fusion) under the chooser's tile and
+    under every alternative that gives at least one block per SM: split-KV
+    in 2 or 4, a smaller query tile, fewer rows per thread (BQ = 16 over 128
+    threads: R = 1, which the chooser's tile list leaves out where the
+    queries fill more than one tile). The modelled time is the chooser's
+    (`contractions.attention_seconds`: the busiest SM, plus a split's second
+    launch and partial results); shared loads per FMA are the main loop's
+    (`attention_shared_requests`), which issue 13.3 bounds at 1:4."""
+    from dataclasses import replace
+
+    from fusecc.compiler.diagnostics import DiagnosticEngine
+    from fusecc.driver.reporting import report_data
+    from fusecc.passes.backends.hardware import HARDWARE
+    from fusecc.passes.tiling.contractions import (
+        GPU_ATTENTION_TILES,
+        AttentionShape,
+        AttentionTiles,
+        attention_seconds,
+        attention_shared_requests,
+        attention_stages,
+        choose_gpu_attention_tiles,
+        gpu_attention_resources,
+        resource_problem,
+    )
+
+    h200 = HARDWARE["h200"]
+    module = _module(example)
+    report_data(module, "h200", DiagnosticEngine())  # leaves `module` fused: its attention op
+    problem = AttentionShape.of_op(next(op for op in module.walk() if op.name == "tensor.attention"))
+    chosen = choose_gpu_attention_tiles(problem, h200)
+
+    def blocks(tiles) -> int:
+        return problem.batch_size * -(-problem.s // tiles.block_q) * tiles.splits
+
+    options = []
+    for bq, threads in dict.fromkeys((*GPU_ATTENTION_TILES, (16, 128))):
+        for splits in (1, 2, 4):
+            tiles = AttentionTiles(bq, chosen.block_t, threads, splits)
+            tiles = replace(tiles, stages=attention_stages(tiles, problem, h200))
+            if resource_problem(gpu_attention_resources(tiles, problem), h200, "attention") is None and (tiles == chosen or blocks(tiles) >= h200.sm_count):
+                options.append(tiles)
+    base = attention_seconds(problem, chosen, h200)
+    batch = "×".join(map(str, problem.batch))
+    lines = [
+        f"examples/{example}: attention over {batch} heads, S = T = {problem.s}, D = {problem.d}; H200, {h200.sm_count} SMs.",
+        "",
+        "| BQ × BT, threads | rows a thread | split-KV | blocks | K/V buffers | modelled µs | vs chosen | shared loads per FMA | |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for tiles in sorted(options, key=lambda t: (t != chosen, attention_seconds(problem, t, h200))):
+        seconds = attention_seconds(problem, tiles, h200)
+        loads, fmas = attention_shared_requests(tiles, problem)
+        if tiles == chosen:
+            verdict = "chosen"
+        elif seconds >= base:
+            verdict = "slower"
+        else:
+            verdict = "faster, but over 1:4 loads" if loads * 4 > fmas else "faster"
+        lines.append(
+            f"| {tiles.block_q} × {tiles.block_t}, {tiles.threads} | {tiles.rows_per_thread} | {tiles.splits} | {blocks(tiles)} | {tiles.stages} | "
+            f"{_us(seconds)} | {seconds / base:.2f}x | 1:{fmas / loads:.1f} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 TABLES = {
     "roofline-encoder": lambda: roofline_table("encoder_block.ir"),
     "roofline-llama": lambda: roofline_table("llama_block.ir"),
     "attention-counters": attention_counters,
+    "attention-alternatives": attention_alternatives,
 }
 
 
