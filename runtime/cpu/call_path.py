@@ -38,7 +38,7 @@ class StepProgram:
         self.steps = steps
         self.run_native = run_steps_function()
         keys: dict = {None: 0}
-        self.segments: list[tuple] = []  # ("native", int64 array) | ("pool", function, args, [(index, base, offset)], pieces)
+        self.segments: list[tuple] = []  # ("native", int64 words, their address) | ("pool", function, args, [(index, base, offset)], pieces)
         encoder = None
         for step in steps:
             if step[0] == "launch":
@@ -51,7 +51,8 @@ class StepProgram:
                     begin, end = pieces[0]
                     encoder.launch(ctypes.cast(kernel.function, ctypes.c_void_p).value, arguments + [(None, begin), (None, end)])
                     continue
-                encoder = self._flush(encoder)
+                self._flush(encoder)
+                encoder = None
                 self.segments.append(("pool", kernel.function, list(args), [(i, _index(keys, root), offset) for i, root, offset in varying], pieces))
             else:
                 _, source, target, nbytes = step
@@ -67,15 +68,13 @@ class StepProgram:
         self._bases_address = self.bases.ctypes.data
 
     def _start(self, keys: dict) -> StepEncoder:
-        encoder = StepEncoder()
-        encoder.bases = keys  # one index space for every segment
-        return encoder
+        return StepEncoder(keys)  # one index space for every segment
 
     def _flush(self, encoder: StepEncoder | None) -> None:
+        """Close the segment being encoded (the caller starts a new one)."""
         if encoder is not None and len(encoder):
             words = encoder.finish()
             self.segments.append(("native", words, words.ctypes.data))
-        return None
 
     @property
     def native_calls(self) -> int:

@@ -164,9 +164,11 @@ class StepEncoder:
     """Builds one steps array. `base(key)` gives a key (a root of the
     schedule's slots) its index in the bases array, in first-use order."""
 
-    def __init__(self):
+    def __init__(self, bases: dict | None = None):
+        """`bases`: key -> index, shared with other encoders of one call;
+        index 0 (key None) holds 0, for literals."""
         self.words: list[int] = []
-        self.bases: dict[object, int] = {None: 0}  # index 0: the literal 0
+        self.bases: dict[object, int] = {None: 0} if bases is None else bases
 
     def base(self, key) -> int:
         return self.bases.setdefault(key, len(self.bases))

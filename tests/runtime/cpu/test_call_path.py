@@ -34,10 +34,9 @@ def test_the_step_runner_passes_each_argument_as_base_plus_offset(arity):
     seen: list = []
     function, address = callback_kernel(arity, seen)
     bases = np.array([0, 1 << 40, 7 << 20, 123], dtype=np.int64)
-    encoder = StepEncoder()
     arguments = [((None, "a", "b", "c")[k % 4], 1000 * k + 3) for k in range(arity)]
     keys = {None: 0, "a": 1, "b": 2, "c": 3}
-    encoder.bases = dict(keys)
+    encoder = StepEncoder(dict(keys))
     encoder.launch(address, arguments)
     encoder.launch(address, list(reversed(arguments)))
     steps = encoder.finish()
@@ -50,8 +49,7 @@ def test_the_step_runner_copies_between_bases_at_offsets():
     source = np.arange(64, dtype=np.uint8)
     target = np.zeros(64, dtype=np.uint8)
     bases = np.array([0, source.ctypes.data, target.ctypes.data], dtype=np.int64)
-    encoder = StepEncoder()
-    encoder.bases = {None: 0, "source": 1, "target": 2}
+    encoder = StepEncoder({None: 0, "source": 1, "target": 2})
     encoder.copy(("target", 8), ("source", 3), 20)
     encoder.copy(("target", 40), ("source", 0), 1)
     run_steps_function()(encoder.finish().ctypes.data, bases.ctypes.data)
