@@ -100,4 +100,5 @@ def combine_kernel(group: GroupOp, problem, tiles: AttentionTiles, hardware: Har
         w.parallel([COMBINE_THREADS], ["thread.x"], thread, ["t"])
 
     w.outer([ceil_div(n, COMBINE_THREADS)], ["block.x"], block, ["block"])
+    w.estimate_streaming(live=2 * splits + 3)  # each split's max and weight, then l, o and the index
     return w

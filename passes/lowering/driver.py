@@ -245,8 +245,8 @@ class FunctionLowering:
             if first:
                 name_arguments(kernel, group, launch.args)
                 kernel.attributes["sym_name"] = A.StringAttr(self.names.claim(kernel.sym_name))
-                for estimate in ESTIMATES:  # what fusion and tiling assumed this kernel needs
-                    if estimate in group.attributes:
+                for estimate in ESTIMATES:  # what fusion and tiling assumed this kernel needs, unless it has its own
+                    if estimate in group.attributes and estimate not in kernel.attributes:
                         kernel.attributes[estimate] = group.attributes[estimate]
                 self.kernels.append(kernel)
             self.b.create(loop.LaunchOp, args, {"kernel": A.SymbolRefAttr(kernel.sym_name)})

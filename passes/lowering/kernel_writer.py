@@ -17,6 +17,7 @@ import math
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+from fusecc.compiler import attributes as A
 from fusecc.compiler.builder import Builder
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import Value
@@ -28,6 +29,8 @@ from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.lowering.interface import group_io_kernel, input_buffers, output_buffers
 from fusecc.passes.lowering.kernel_builder import KernelBuilder, ceil_div, place_kernel_barriers, prune
 from fusecc.passes.lowering.scalar_emitter import Index, IndexMath, ScalarEmitter
+from fusecc.passes.tiling.geometry import REGISTERS, SHARED_MEMORY
+from fusecc.passes.tiling.resources import streaming_kernel_resources
 
 
 class GuardedEmitter(ScalarEmitter):
@@ -88,6 +91,16 @@ class KernelWriter(KernelBuilder):
         self.emitter.s = self.s
         self.outputs = output_buffers(group, kernel) if with_outputs else []
         self.extra = list(kernel.body.args[len(kernel.body.args) - len(extra_args) :]) if extra_args else []
+
+    def estimate_streaming(self, live: int) -> None:
+        """Give this kernel its own resource estimate (a one-element-per-thread
+        kernel: resources.streaming_kernel_resources) in place of its group's,
+        which sizes the group's tiled kernel."""
+        # The kernel has every input of its group as an argument; count those it reads.
+        pointers = sum(isinstance(arg.type, MemRefType) and bool(arg.uses) for arg in self.kernel.body.args)
+        registers, shared = streaming_kernel_resources(pointers, live)
+        self.kernel.attributes[REGISTERS] = A.IntegerAttr(registers)
+        self.kernel.attributes[SHARED_MEMORY] = A.IntegerAttr(shared)
 
     def outer(self, upper: Sequence[int], mapping: Sequence[str], body, names: Sequence[str] = ()) -> None:
         """The kernel's outer loop (the grid, or the workers): `alloc` puts

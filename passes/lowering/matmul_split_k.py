@@ -22,6 +22,7 @@ from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.tiling.contractions import GpuMatmulTiles
+from fusecc.passes.tiling.resources import kernel_bodies, peak_live_words
 
 REDUCE_THREADS = 256
 
@@ -65,4 +66,6 @@ def reduce_kernel(group: GroupOp, problem, hardware: Hardware, scratch: MemRefTy
         w.parallel([REDUCE_THREADS], ["thread.x"], thread, ["t"])
 
     w.outer([ceil_div(total, REDUCE_THREADS)], ["block.x"], block, ["block"])
+    ((_, body),) = kernel_bodies(group)
+    w.estimate_streaming(live=peak_live_words(body))  # the epilogue's values (the sum among them)
     return w

@@ -157,6 +157,14 @@ def body_resources(body: KernelBody, kind: str, hardware: Hardware, tiles: TileC
     return registers, tiles.shared_memory_bytes
 
 
+def streaming_kernel_resources(pointers: int, live: int) -> tuple[int, int]:
+    """(registers per thread, shared memory per block) of a kernel that takes
+    one element per thread and keeps no tile: the split-K reduce and split-KV
+    combine kernels a template launches after its tiled kernel (the group's
+    `tile.*` estimate is the tiled kernel's)."""
+    return GPU_BASE_REGISTERS + REGISTERS_PER_POINTER * pointers + live, 0
+
+
 def external_inputs(ops: Iterable[Operation], members: set[Operation]) -> list[Value]:
     """Values the ops read that are defined outside them, in first-use order."""
     seen: dict[Value, None] = {}
@@ -202,6 +210,7 @@ def kernel_resources(group: Operation, hardware: Hardware, tiles: TileConfig) ->
 
 __all__ = [
     "GPU_BASE_REGISTERS",
+    "streaming_kernel_resources",
     "KernelBody",
     "REGISTERS_PER_POINTER",
     "body_geometry",
