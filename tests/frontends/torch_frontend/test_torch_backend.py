@@ -14,19 +14,10 @@ torch = pytest.importorskip("torch", reason="needs PyTorch: pip install 'fusecc[
 import fusecc.torch  # noqa: E402
 from torch_models import MLP, DecoderBlock, Embeddings, EncoderLayer, OpZoo  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("fresh_dynamo")]  # fresh_dynamo: conftest.py
 
 # docs/torch.md "Tolerance": f32 results within these of eager.
 RTOL, ATOL = 1e-4, 1e-5
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    fusecc.torch.reset()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
 
 
 def assert_compiled_whole(graphs: int):

@@ -14,16 +14,7 @@ torch = pytest.importorskip("torch", reason="needs PyTorch: pip install 'fusecc[
 import fusecc.torch  # noqa: E402
 from torch_models import MLP  # noqa: E402
 
-pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    fusecc.torch.reset()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("fresh_dynamo")]  # fresh_dynamo: conftest.py
 
 
 @pytest.fixture

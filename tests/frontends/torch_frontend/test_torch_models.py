@@ -15,21 +15,12 @@ torch = pytest.importorskip("torch", reason="needs PyTorch: pip install 'fusecc[
 import fusecc.torch  # noqa: E402
 from torch_models import GPT2, MLP, Llama  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("fresh_dynamo")]  # fresh_dynamo: conftest.py
 
 # docs/torch.md "Tolerance": f32 results within these of eager; in f16/bf16,
 # fusecc's largest error against the f32 model at most HALF_SLACK times eager's.
 RTOL, ATOL = 1e-4, 1e-5
 HALF_SLACK = 1.5
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    fusecc.torch.reset()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
 
 
 def compiled(model, *inputs, freeze=False):

@@ -76,6 +76,23 @@ def special_inputs(func, rng) -> list[np.ndarray]:
     return inputs
 
 
+def run_clean(manifest, source: str, inputs, cache_dir) -> dict:
+    """The outputs of a sanitized harness run, which must report nothing
+    (skipped where no host compiler builds the harness)."""
+    try:
+        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert not findings, "\n".join(map(str, findings))
+    return outputs
+
+
+def run_lowered_sanitized(lowered, name: str, inputs, cache_dir) -> dict:
+    """`run_clean` of a lowered loop-level module's CUDA C."""
+    cuda = emit_cuda(lowered, f"{name}.ir")
+    return run_clean(cuda_level.build_manifest(lowered, cuda, f"{name}.cu"), cuda.text, inputs, cache_dir)
+
+
 def check(outputs: dict, expected: list[np.ndarray]) -> None:
     for (name, got), want in zip(sorted(outputs.items()), expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
@@ -94,11 +111,7 @@ def test_ragged_matmuls_with_special_values_run_clean_and_right(arch, cuda_cache
     expected = evaluate(module, "main", inputs)
     source, manifest = compile_program(module, "main", arch)  # lowers `module` in place
     assert "fusecc_cp_async<4>" in source and "fusecc_load_vector<float4>" in source
-    try:
-        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
-    except HostCompilerMissing as exc:
-        pytest.skip(f"no host compiler for the CPU harness: {exc}")
-    assert not findings, "\n".join(map(str, findings))
+    outputs = run_clean(manifest, source, inputs, cuda_cache_dir)
     check(outputs, expected)
 
 
@@ -124,14 +137,9 @@ def test_the_single_stage_path_without_cp_async(transpose_b, cuda_cache_dir):
     assert "loop.copy_async" not in ops and "loop.async_wait" not in ops
     allocs = [o.result.type for o in lowered.walk() if o.name == "loop.alloc"]
     assert allocs and all(a.shape[0] == 1 for a in allocs)  # one stage
-    cuda = emit_cuda(lowered, "single_stage.ir")
     rng = np.random.default_rng(2)
     inputs = [rng.uniform(-1, 1, a.type.shape).astype(np.float32) for a in module.lookup("main").body.args]
-    try:
-        outputs, findings = run_sanitized(cuda_level.build_manifest(lowered, cuda, "single_stage.cu"), cuda.text, inputs, cache_dir=cuda_cache_dir)
-    except HostCompilerMissing as exc:
-        pytest.skip(f"no host compiler for the CPU harness: {exc}")
-    assert not findings, "\n".join(map(str, findings))
+    outputs = run_lowered_sanitized(lowered, "single_stage", inputs, cuda_cache_dir)
     ((_, got),) = outputs.items()
     np.testing.assert_allclose(got, evaluate(module, "main", inputs)[0], rtol=1e-5, atol=1e-5)
 
@@ -167,14 +175,9 @@ def test_split_k_fills_the_sms_and_adds_in_a_fixed_order(shape, splits, cuda_cac
     assert reduce.sym_name.endswith("_reduce") and reduce_grid[0] * reduce_block[0] >= (batch[0] if batch else 1) * m * n
     scratch = [o for o in reduce.walk() if o.name == "loop.load" and o.buffer.type.rank == 4]
     assert len(scratch) == splits  # one load per split, summed in split order: no atomics
-    cuda = emit_cuda(lowered, "split_k.ir")
     rng = np.random.default_rng(3)
     inputs = [rng.uniform(-1, 1, a.type.shape).astype(np.float32) for a in module.lookup("main").body.args]
-    try:
-        outputs, findings = run_sanitized(cuda_level.build_manifest(lowered, cuda, "split_k.cu"), cuda.text, inputs, cache_dir=cuda_cache_dir)
-    except HostCompilerMissing as exc:
-        pytest.skip(f"no host compiler for the CPU harness: {exc}")
-    assert not findings, "\n".join(map(str, findings))
+    outputs = run_lowered_sanitized(lowered, "split_k", inputs, cuda_cache_dir)
     ((_, got),) = outputs.items()
     np.testing.assert_allclose(got, evaluate(module, "main", inputs)[0], rtol=1e-4, atol=1e-4)
 
@@ -230,11 +233,7 @@ def test_tiny_odd_and_empty_extents_run_clean_and_right(cuda_cache_dir):
     expected = evaluate(module, "main", inputs)
     source, manifest = compile_program(module, "main", "sm_90")
     assert "fusecc_cp_async<4>" in source
-    try:
-        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
-    except HostCompilerMissing as exc:
-        pytest.skip(f"no host compiler for the CPU harness: {exc}")
-    assert not findings, "\n".join(map(str, findings))
+    outputs = run_clean(manifest, source, inputs, cuda_cache_dir)
     got = [outputs[f"result{i}"] for i in range(len(expected))]
     for g, want in zip(got, expected, strict=True):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
@@ -302,12 +301,7 @@ def test_every_chooser_tile_runs_ragged_extents_clean_and_right(tile, cuda_cache
     flat[[7, 300, 4000, 9000]] = (np.nan, np.inf, -np.inf, -0.0)
     expected = evaluate(module, "main", inputs)[0]
     lowered = lower_group(module, H200)
-    cuda = emit_cuda(lowered, "tile.ir")
-    try:
-        outputs, findings = run_sanitized(cuda_level.build_manifest(lowered, cuda, "tile.cu"), cuda.text, inputs, cache_dir=cuda_cache_dir)
-    except HostCompilerMissing as exc:
-        pytest.skip(f"no host compiler for the CPU harness: {exc}")
-    assert not findings, "\n".join(map(str, findings))
+    outputs = run_lowered_sanitized(lowered, "tile", inputs, cuda_cache_dir)
     ((_, got),) = outputs.items()
     check({"out": got}, [expected])
 
@@ -389,10 +383,6 @@ def test_a_concatenated_k_runs_clean_and_right(cuda_cache_dir):
     expected = evaluate(module, "main", inputs)
     source, manifest = compile_program(module, "main", "sm_90")
     assert "_reduce" not in source  # one kernel: K unsplit
-    try:
-        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
-    except HostCompilerMissing as exc:
-        pytest.skip(f"no host compiler for the CPU harness: {exc}")
-    assert not findings, "\n".join(map(str, findings))
+    outputs = run_clean(manifest, source, inputs, cuda_cache_dir)
     check(outputs, expected)
 
