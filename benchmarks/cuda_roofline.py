@@ -123,7 +123,9 @@ def attention_alternatives(example: str = "encoder_block.ir") -> str:
     under every alternative that gives at least one block per SM: split-KV
     in 2 or 4, a smaller query tile, fewer rows per thread (BQ = 16 over 128
     threads: R = 1, which the chooser's tile list leaves out where the
-    queries fill more than one tile). The modelled time is the chooser's
+    queries fill more than one tile); and the unsplit tiles whose grid falls
+    short of the SMs, which the chooser sets aside while any grid fills them
+    (`contractions.full_wave_first`). The modelled time is the chooser's
     (`contractions.attention_seconds`: the busiest SM, plus a split's second
     launch and partial results); shared loads per FMA are the main loop's
     (`attention_shared_requests`), which issue 13.3 bounds at 1:4."""
@@ -136,6 +138,7 @@ def attention_alternatives(example: str = "encoder_block.ir") -> str:
         GPU_ATTENTION_TILES,
         AttentionShape,
         AttentionTiles,
+        attention_blocks,
         attention_seconds,
         attention_shared_requests,
         attention_stages,
@@ -151,14 +154,14 @@ def attention_alternatives(example: str = "encoder_block.ir") -> str:
     chosen = choose_gpu_attention_tiles(problem, h200)
 
     def blocks(tiles) -> int:
-        return problem.batch_size * -(-problem.s // tiles.block_q) * tiles.splits
+        return attention_blocks(problem, tiles)
 
     options = []
     for bq, threads in dict.fromkeys((*GPU_ATTENTION_TILES, (16, 128))):
         for splits in (1, 2, 4):
             tiles = AttentionTiles(bq, chosen.block_t, threads, splits)
             tiles = replace(tiles, stages=attention_stages(tiles, problem, h200))
-            if resource_problem(gpu_attention_resources(tiles, problem), h200, "attention") is None and (tiles == chosen or blocks(tiles) >= h200.sm_count):
+            if resource_problem(gpu_attention_resources(tiles, problem), h200, "attention") is None and (tiles == chosen or splits == 1 or blocks(tiles) >= h200.sm_count):
                 options.append(tiles)
     base = attention_seconds(problem, chosen, h200)
     batch = "×".join(map(str, problem.batch))
@@ -171,12 +174,13 @@ def attention_alternatives(example: str = "encoder_block.ir") -> str:
     for tiles in sorted(options, key=lambda t: (t != chosen, attention_seconds(problem, t, h200))):
         seconds = attention_seconds(problem, tiles, h200)
         loads, fmas = attention_shared_requests(tiles, problem)
+        reasons = [why for why, holds in (("short of a full wave", blocks(tiles) < h200.sm_count), ("over 1:4 loads", loads * 4 > fmas)) if holds]
         if tiles == chosen:
             verdict = "chosen"
         elif seconds >= base:
-            verdict = "slower"
+            verdict = ", ".join(["slower", *reasons])
         else:
-            verdict = "faster, but over 1:4 loads" if loads * 4 > fmas else "faster"
+            verdict = "faster" + (", but " + " and ".join(reasons) if reasons else "")
         lines.append(
             f"| {tiles.block_q} × {tiles.block_t}, {tiles.threads} | {tiles.rows_per_thread} | {tiles.splits} | {blocks(tiles)} | {tiles.stages} | "
             f"{_us(seconds)} | {seconds / base:.2f}x | 1:{fmas / loads:.1f} | {verdict} |"

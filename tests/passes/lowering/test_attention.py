@@ -124,11 +124,12 @@ def test_default_gpu_tiles_fit_the_h200():
     problem = AttentionProblem.of(group)
     tiles = attention_tiles(group, problem, H200)
     resources = check_gpu_attention_tiles(tiles, problem, H200)
-    # 128 blocks of 64 rows fill the SMs: 8 lanes per row group, 4 rows per thread.
-    assert (tiles.block_q, tiles.block_t, tiles.threads) == (64, 64, 128)
+    # 64-row tiles would be 128 blocks, short of the 132 SMs: 256 blocks of 32
+    # rows over two warps give every SM one (8 lanes per row group, still 4 rows per thread).
+    assert (tiles.block_q, tiles.block_t, tiles.threads) == (32, 64, 64)
     assert (tiles.threads_per_row, tiles.rows_per_thread) == (8, 4)
     assert tiles.stages == 2  # k and v double-buffered (cp.async, sm_90)
-    assert resources.shared_bytes == (64 * 68 + 2 * 64 * (68 + 64) + 64 * (64 + 8)) * 4  # q, 2 x (k, v), p; float4 rows of 68 words
+    assert resources.shared_bytes == (32 * 68 + 2 * 64 * (68 + 64) + 32 * (64 + 8)) * 4  # q, 2 x (k, v), p; float4 rows of 68 words
     assert resources.registers_per_thread == 4 * (8 + 8 + 3 + 4) + 32  # per row: scores, outputs, m, l, base, a q float4
     assert problem.scale == pytest.approx(1 / math.sqrt(64))
 

@@ -94,11 +94,14 @@ def test_every_tile_of_the_chooser_is_right(bq, threads, cuda_cache_dir, monkeyp
 
 def test_the_chooser_fills_the_machine_for_a_short_sequence():
     """BERT-base attention (12 heads, S = T = 128): tiles small enough for
-    at least 96 blocks on the 132 SMs, rather than 24 of 64 rows."""
+    a block on every one of the 132 SMs (issue 13.3's full wave), rather
+    than 24 of 64 rows, still two rows a thread (the 1:4 loads per FMA),
+    unsplit (a second launch costs more than the idle SMs)."""
     module = parse_module(program((1, 12, 128, 64), (1, 12, 128, 64), (1, 12, 128, 64)), "bert.ir")
     op = next(op for op in module.walk() if op.name == "tensor.attention")
     tiles = choose_gpu_attention_tiles(AttentionShape.of_op(op), H200)
-    assert 12 * (128 // tiles.block_q) >= 96
+    assert 12 * (128 // tiles.block_q) * tiles.splits >= 132
+    assert tiles.rows_per_thread >= 2 and tiles.splits == 1
 
 
 def test_a_long_sequence_takes_four_rows_per_thread():
