@@ -27,6 +27,19 @@ def flat_index(shape, indices: list[str]) -> str:
     return " + ".join(reversed(terms)) or "0"
 
 
+def vector_accessed(buffer) -> bool:
+    """Is `buffer`, or a view of it, accessed by a vector load or store or a
+    cp.async? Then it needs 16-byte alignment: a shared array of floats is
+    only 4-byte aligned otherwise (fuzz seed 2985: a K = 0 matmul zeroes its
+    output tile, a view of the A tile, with float4 stores)."""
+    for user in buffer.users:
+        if user.name in VECTOR_MEMORY_RENDERERS:
+            return True
+        if isinstance(user, loop.ViewOp) and user.source is buffer and vector_accessed(user.result):
+            return True
+    return False
+
+
 def render_alloc(self, op: loop.AllocOp) -> None:
     t = op.result.type
     c_type = self.storage_type(t.element_type)
@@ -38,7 +51,7 @@ def render_alloc(self, op: loop.AllocOp) -> None:
     elif op in self.shared_layout:
         self.line(f"{c_type}* {name} = reinterpret_cast<{c_type}*>(fusecc_dynamic_shared + {self.shared_layout[op]});{dims}")
     else:
-        align = "__align__(16) " if any(user.name in VECTOR_MEMORY_RENDERERS for user in op.result.users) else ""  # vector loads, cp.async
+        align = "__align__(16) " if vector_accessed(op.result) else ""  # vector loads, cp.async
         self.line(f"__shared__ {align}{c_type} {name}[{count}];{dims}")
 
 
