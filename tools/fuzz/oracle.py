@@ -68,6 +68,41 @@ def store(x, dtype: str, jitter: np.random.Generator | float | None = None) -> n
 P_ROUNDING = {"f16": 2.0**-11, "bf16": 2.0**-8}
 
 
+TENSOR_CORE_KEY_TILE = 64  # the mma template's key tile (docs/cuda-tensor-cores.md)
+
+
+def _attention_tensor_core(q, k, v, mask, scale, causal, dtype: str):
+    """Attention as the tensor-core template computes it: keys in tiles of
+    64, an online softmax (running row max m, running sum l of the unrounded
+    P), and P rounded to `dtype` for P·V. Bounding this rounding's move
+    (`_p_rounding_move`) leaves out a later mixed-sign sum that the bound's
+    one-way or random moves cancel (fuzz seed 4323), so the masks also hold
+    the rounding itself."""
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    rows, cols = scores.shape[-2:]
+    if cols == 0 or scores.size == 0:
+        return _attention(q, k, v, mask, scale, causal)
+    if causal:
+        scores = np.where(np.triu(np.ones((rows, cols), bool), k=1), -np.inf, scores)
+    shape = scores.shape[:-1]
+    m = np.full(shape + (1,), -np.inf)
+    l = np.zeros(shape + (1,))
+    acc = np.zeros(shape + (v.shape[-1],))
+    for k0 in range(0, cols, TENSOR_CORE_KEY_TILE):
+        tile = scores[..., k0 : k0 + TENSOR_CORE_KEY_TILE]
+        new_m = np.maximum(m, np.max(tile, axis=-1, keepdims=True))
+        safe_m = np.where(np.isneginf(new_m), 0.0, new_m)  # a row masked so far: P = 0, not NaN
+        p = np.exp(tile - safe_m)
+        alpha = np.exp(np.where(np.isneginf(m), -np.inf, m - safe_m))
+        rounded = p.astype(_STORAGE[dtype]).astype(np.float64)
+        acc = acc * alpha + np.matmul(rounded, v[..., k0 : k0 + TENSOR_CORE_KEY_TILE, :])
+        l = l * alpha + np.sum(p, axis=-1, keepdims=True)
+        m = new_m
+    return acc / l
+
+
 def _p_rounding_move(out: np.ndarray, v: np.ndarray, dtype: str, jitter) -> np.ndarray:
     finite = np.abs(v[np.isfinite(v)])
     bound = P_ROUNDING[dtype] * (float(finite.max()) if finite.size else 0.0)
@@ -252,7 +287,9 @@ def _attention(q, k, v, mask, scale, causal):
     return np.matmul(_softmax(scores, -1), v)
 
 
-def evaluate_op(op, args: list[np.ndarray], dtypes: list[str], out_dtype: str, call) -> list[np.ndarray]:
+def evaluate_op(op, args: list[np.ndarray], dtypes: list[str], out_dtype: str, call, tensor_cores: bool = False) -> list[np.ndarray]:
+    """`tensor_cores`: f16/bf16 attention as the GPU's tensor-core template
+    computes it (`_attention_tensor_core`), not as the language does."""
     k, a = op.kind, op.attrs
     x = args[0] if args else None
     if k == "constant":
@@ -302,7 +339,10 @@ def evaluate_op(op, args: list[np.ndarray], dtypes: list[str], out_dtype: str, c
     if k == "attention":
         q, kk, v = args[:3]
         scale = a.get("scale", 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0)
-        return [_attention(q, kk, v, args[3] if len(args) == 4 else None, scale, a.get("causal", False))]
+        mask, causal = args[3] if len(args) == 4 else None, a.get("causal", False)
+        if tensor_cores and out_dtype in P_ROUNDING:
+            return [_attention_tensor_core(q, kk, v, mask, scale, causal, out_dtype)]
+        return [_attention(q, kk, v, mask, scale, causal)]
     if k == "reshape":
         return [x.reshape(a["shape"])]
     if k == "transpose":
@@ -323,15 +363,16 @@ def evaluate_op(op, args: list[np.ndarray], dtypes: list[str], out_dtype: str, c
     raise ValueError(f"the oracle has no rule for {k}")
 
 
-def evaluate(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | float | None = None, p_rounding: bool = False) -> list[np.ndarray]:
+def evaluate(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | float | None = None, p_rounding: bool = False, tensor_cores: bool = False) -> list[np.ndarray]:
     """The results of @main on `inputs` (in argument order); `p_rounding`:
     the jitter runs also move narrow attention results as the GPU's
-    tensor-core template may (`P_ROUNDING`)."""
-    env = evaluate_values(program, inputs, jitter, p_rounding)
+    tensor-core template may (`P_ROUNDING`); `tensor_cores`: narrow attention
+    computed as that template does (`_attention_tensor_core`)."""
+    env = evaluate_values(program, inputs, jitter, p_rounding, tensor_cores)
     return [env[v] for v in program.main.returns]
 
 
-def evaluate_values(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | float | None = None, p_rounding: bool = False) -> dict[str, np.ndarray]:
+def evaluate_values(program: Program, inputs: list[np.ndarray], jitter: np.random.Generator | float | None = None, p_rounding: bool = False, tensor_cores: bool = False) -> dict[str, np.ndarray]:
     """Every value of @main on `inputs`, by name."""
     from fusecc.tools.fuzz.program import infer_types
 
@@ -344,7 +385,7 @@ def evaluate_values(program: Program, inputs: list[np.ndarray], jitter: np.rando
             operand_types = [types[f.name, v].dtype for v in op.operands]
             out_type = types[f.name, op.results[0]]
             with np.errstate(all="ignore"):
-                values = evaluate_op(op, [env[v] for v in op.operands], operand_types, out_type.dtype, call)
+                values = evaluate_op(op, [env[v] for v in op.operands], operand_types, out_type.dtype, call, tensor_cores)
                 if jitter is not None and not (isinstance(jitter, float) and jitter < 0) and op.kind == "cast" and out_type.dtype == "i1" and operand_types[0] in FLOATS:
                     # x != 0 of a value that cancelled to nearly 0 (1e-17 in float64, 0 in f32)
                     # depends on rounding: in these runs such a value counts as 0

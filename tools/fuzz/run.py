@@ -150,6 +150,8 @@ def expected_results(case: Case, p_rounding: bool = False):
     # all up, all down (a last rounding near its boundary is caught whichever side it lies),
     # and at random (ops moved different ways)
     jittered = [oracle.evaluate(program, case.inputs, jitter=j, p_rounding=p_rounding) for j in (1.0, -1.0, np.random.default_rng(case.seed))]
+    if p_rounding:  # and the rounding itself, as the template makes it
+        jittered.append(oracle.evaluate(program, case.inputs, tensor_cores=True))
     masks = [stable_mask(e, [j[i] for j in jittered], d) for i, (e, d) in enumerate(zip(expected, dtypes))]
     return expected, masks, dtypes
 
