@@ -44,7 +44,7 @@ from pathlib import Path
 
 SHAPE = (1, 128)
 RESULTS = Path(__file__).resolve().parent / "results"
-FIGURES = ("fusecc.compile", "cpu")
+FIGURES = ("fusecc.compile", "cpu", "LLVM children")
 # A file changed within 2 s before it is hashed has its digest hashed again
 # by the next process (driver/program_cache.py RACY_SECONDS).
 SETTLE_SECONDS = 2.5
@@ -62,10 +62,12 @@ def child(path: str, shaped: bool) -> dict:
     program = fusecc.compile(path, target="cpu", shapes=shapes, options={"threads": 1})
     wall, after = time.perf_counter() - begin, os.times()
     cpu = sum(getattr(after, f) - getattr(before, f) for f in ("user", "system", "children_user", "children_system"))
+    children = sum(getattr(after, f) - getattr(before, f) for f in ("children_user", "children_system"))
     return {
         "import fusecc": imported - start,
         "fusecc.compile": wall,
         "cpu": cpu,
+        "LLVM children": children,
         "from cache": getattr(program.stats, "from_cache", False),  # (absent before the program cache)
         "onnx imported": "onnx" in sys.modules,
         "load": os.getloadavg()[0],
@@ -127,16 +129,16 @@ def main(argv: list[str] | None = None) -> int:
                         samples.setdefault((label, name, state), []).append(sample)
                         print(f"round {r} {label} {name} {state}: {sample['fusecc.compile']:.3f} s wall, {sample['cpu']:.3f} s CPU, from cache {sample['from cache']}", flush=True)
     rows = []
-    print(f"\n| tree | model | state | fusecc.compile, wall (s) | CPU (s) | from cache | onnx imported | load (1 min) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"\n| tree | model | state | fusecc.compile, wall (s) | CPU (s) | of which LLVM children (s) | from cache | onnx imported | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (label, name, state), runs in sorted(samples.items(), key=lambda item: (item[0][1], item[0][2], item[0][0])):
         row = {"tree": label, "model": name, "state": state, "samples": runs}
-        row.update({figure: [run[figure] for run in runs] for figure in FIGURES})
+        row.update({figure: [run.get(figure, float("nan")) for run in runs] for figure in FIGURES})
         rows.append(row)
         hits = sum(run["from cache"] for run in runs)
         onnx = sum(run["onnx imported"] for run in runs)
         loads = [run.get("load", float("nan")) for run in runs]
-        print(f"| {label} | {name} | {state} | {summary(row['fusecc.compile'])} | {summary(row['cpu'])} | {hits}/{len(runs)} | {onnx}/{len(runs)} | {min(loads):.1f}–{max(loads):.1f} |")
+        print(f"| {label} | {name} | {state} | {summary(row['fusecc.compile'])} | {summary(row['cpu'])} | {summary(row['LLVM children'])} | {hits}/{len(runs)} | {onnx}/{len(runs)} | {min(loads):.1f}–{max(loads):.1f} |")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"shape": SHAPE, "repeats": args.repeats, "load average": os.getloadavg(), "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.json}")

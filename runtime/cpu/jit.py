@@ -1,7 +1,9 @@
 """LLVM IR -> machine code for this CPU, loaded into the process.
 
 Modules are optimised with LLVM's new pass manager at O3 (loop and SLP
-vectorisers on) for the host CPU and its features (`-mcpu=native`), emitted
+vectorisers on) for the host CPU and its features (`-mcpu=native`), or, for
+hand-written IR that is already what it should be (the call-sequence
+runner), given to code generation alone (`ir_passes=False`); emitted
 as object files and loaded with MCJIT, one engine per module so that kernel
 names of different programs never clash. LLVM runs in forked child
 processes: an LLVM assertion aborts that child, not the caller, and becomes
@@ -60,8 +62,9 @@ def host_target_machine():
     return _machines[features]
 
 
-def host_description() -> str:
-    return f"{host_cpu_name()};{host_cpu_features()};llvmlite {llvmlite.__version__};O{OPT_LEVEL}+slp"
+def host_description(ir_passes: bool = True) -> str:
+    passes = f"O{OPT_LEVEL}+slp" if ir_passes else "codegen only"
+    return f"{host_cpu_name()};{host_cpu_features()};llvmlite {llvmlite.__version__};{passes}"
 
 
 @dataclass
@@ -72,18 +75,28 @@ class CompiledModule:
     objects: tuple  # the object files loaded (runtime/cpu/image.py stores them with a program)
 
 
-def optimise(text: str):
-    """Parse and optimise IR; returns the llvmlite module (for inspection)."""
+def parse(text: str):
+    """The llvmlite module of IR `text` for this host, verified."""
     machine = host_target_machine()
     module = llvm.parse_assembly(text)
     module.triple = machine.triple
     module.data_layout = str(machine.target_data)
     module.verify()
+    return module
+
+
+def optimise(text: str):
+    """Parse and optimise IR; returns the llvmlite module (for inspection)."""
+    module = parse(text)
     options = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     options.slp_vectorization = True
-    builder = llvm.create_pass_builder(machine, options)
+    builder = llvm.create_pass_builder(host_target_machine(), options)
     builder.getModulePassManager().run(module, builder)
     return module
+
+
+def _module(text: str, ir_passes: bool):
+    return optimise(text) if ir_passes else parse(text)
 
 
 def assembly(text: str) -> str:
@@ -96,19 +109,19 @@ class LLVMCrash(RuntimeError):
     compiler bug, which the driver reports as an internal error."""
 
 
-def object_code(text: str) -> bytes:
+def object_code(text: str, ir_passes: bool = True) -> bytes:
     """Optimise `text` and emit its object file in a forked child process,
     so that an LLVM assertion (which aborts) or crash cannot kill the
     caller: it becomes an LLVMCrash with LLVM's message."""
-    return _finish_child(_start_child(text))
+    return _finish_child(_start_child(text, ir_passes))
 
 
-def _start_child(text: str):
+def _start_child(text: str, ir_passes: bool = True):
     """Fork a child that compiles `text`; (pid, object pipe, error pipe), or
     the object itself where there is no fork."""
     machine = host_target_machine()  # initialised here, inherited by the child
     if not hasattr(os, "fork"):
-        return machine.emit_object(optimise(text))
+        return machine.emit_object(_module(text, ir_passes))
     object_read, object_write = os.pipe()
     error_read, error_write = os.pipe()
     pid = os.fork()
@@ -119,7 +132,7 @@ def _start_child(text: str):
             os.close(error_read)
             os.dup2(error_write, 2)
             faulthandler.disable()  # a crash is reported by the parent, with LLVM's message
-            data = machine.emit_object(optimise(text))
+            data = machine.emit_object(_module(text, ir_passes))
             with os.fdopen(object_write, "wb") as out:
                 out.write(data)
             status = 0
@@ -189,23 +202,23 @@ def split_module(text: str, parts: int) -> list[str]:
     return [head + "".join(group) + tail for group in groups]
 
 
-def _cached_object(text: str) -> tuple[bytes, bool]:
+def _cached_object(text: str, ir_passes: bool = True) -> tuple[bytes, bool]:
     """The object file for `text`: from the disk cache (runtime/cache.py,
     kind "cpu"; checked against its digest), else compiled and stored there.
     Returns (bytes, from disk). A cache that cannot be written only costs
     the next process a compile."""
-    build = lambda: object_code(text)  # noqa: E731
+    build = lambda: object_code(text, ir_passes)  # noqa: E731
     try:
-        return cache.fetch_bytes("cpu", cache.digest(text, host_description()), build)
+        return cache.fetch_bytes("cpu", cache.digest(text, host_description(ir_passes)), build)
     except OSError:
         return build(), False
 
 
-def _cached_objects(texts: list[str]) -> tuple[list[bytes], bool]:
+def _cached_objects(texts: list[str], ir_passes: bool = True) -> tuple[list[bytes], bool]:
     """The object files for `texts`: each from the disk cache (kind "cpu",
     checked against its digest), else compiled, all misses at once in
     children of their own, and stored. Returns (objects, all from disk)."""
-    keys = [cache.digest(text, host_description()) for text in texts]
+    keys = [cache.digest(text, host_description(ir_passes)) for text in texts]
     objects: list[bytes | None] = []
     for key in keys:
         try:
@@ -213,7 +226,7 @@ def _cached_objects(texts: list[str]) -> tuple[list[bytes], bool]:
         except OSError:
             objects.append(None)
     from_disk = all(o is not None for o in objects)
-    children = {i: _start_child(texts[i]) for i, found in enumerate(objects) if found is None}
+    children = {i: _start_child(texts[i], ir_passes) for i, found in enumerate(objects) if found is None}
     failure = None
     for i, child in children.items():  # every child is waited for, even after one failed
         try:
@@ -230,17 +243,19 @@ def _cached_objects(texts: list[str]) -> tuple[list[bytes], bool]:
     return objects, from_disk
 
 
-def compile_ir(text: str, symbols) -> CompiledModule:
+def compile_ir(text: str, symbols, ir_passes: bool = True) -> CompiledModule:
     """Machine code for `text`; `symbols` are the functions to look up. A
-    long module is compiled in parts on all cores (split_module)."""
-    key = cache.digest(text, host_cpu_features())
+    long module is compiled in parts on all cores (split_module).
+    `ir_passes` False: code generation alone, for IR written by hand that
+    LLVM's IR passes would only spend time on."""
+    key = cache.digest(text, host_cpu_features(), str(ir_passes))
     with _lock:
         found = _compiled.get(key)
     if found is not None:
         return found
     parts = split_module(text, min(2, os.cpu_count() or 1)) if len(text) >= SPLIT_CHARACTERS else [text]
     with working(f"compiling {len(symbols)} CPU kernels with LLVM"):  # a bar on a terminal past a second
-        objects, from_disk = _cached_objects(parts)
+        objects, from_disk = _cached_objects(parts, ir_passes)
     compiled = load_object(objects, symbols, from_disk)
     with _lock:
         _compiled.setdefault(key, compiled)

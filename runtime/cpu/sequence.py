@@ -152,7 +152,7 @@ def run_steps_function():
     if _runner is None:
         from fusecc.runtime.cpu import jit
 
-        compiled = jit.compile_ir(runner_ir(), ["fusecc_run_steps"])
+        compiled = jit.compile_ir(runner_ir(), ["fusecc_run_steps"], ir_passes=False)  # written as it should run: no IR passes
         function = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(compiled.addresses["fusecc_run_steps"])
         with _lock:
             if _runner is None:
