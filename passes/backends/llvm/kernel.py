@@ -38,6 +38,7 @@ from fusecc.passes.backends.llvm.analysis import (
     choose_width,
     estimate_work,
     has_side_effects,
+    moves_data_only,
     varying_values,
 )
 from fusecc.passes.backends.llvm.index_math import IndexMath
@@ -138,7 +139,8 @@ class KernelEmitter(MemoryAccess, IndexMath):
         else:
             extent, work = 1, max(1, estimate_work(kernel.body))
         body = "\n".join(line for line in fb.lines if line != "")
-        self.mb.functions.append(f'define void @"{kernel.sym_name}"({", ".join(params)}) #0 {{\n{body}\n}}\n')
+        group = self.mb.attribute_group("nounwind optsize" if moves_data_only(kernel) else "nounwind")
+        self.mb.functions.append(f'define void @"{kernel.sym_name}"({", ".join(params)}) {group} {{\n{body}\n}}\n')
         return KernelABI(kernel.sym_name, tuple(a.type for a in kernel.body.args), tuple(alignments), extent, work)
 
     # --- dispatch ----------------------------------------------------------------

@@ -45,6 +45,11 @@ class ModuleBuilder:
         self.globals: list[str] = []
         self.declarations: dict[str, str] = {}
         self.metadata: list[str] = []
+        self.attribute_groups: dict[str, str] = {"nounwind": "#0"}  # attributes -> group
+
+    def attribute_group(self, attributes: str) -> str:
+        """The group (`#N`) of a function with these attributes."""
+        return self.attribute_groups.setdefault(attributes, f"#{len(self.attribute_groups)}")
 
     def declare(self, name: str, ret: str, arg_types) -> str:
         if name not in self.declarations:
@@ -70,7 +75,7 @@ class ModuleBuilder:
         parts += self.globals + ([""] if self.globals else [])
         parts += self.functions
         parts += sorted(self.declarations.values())
-        parts += ["", "attributes #0 = { nounwind }"]
+        parts += [""] + [f"attributes {group} = {{ {attributes} }}" for attributes, group in self.attribute_groups.items()]
         parts += self.metadata
         return "\n".join(parts) + "\n"
 
