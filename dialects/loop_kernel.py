@@ -434,6 +434,26 @@ class LoadOp(_Access):
 
 
 @register_op
+class PrefetchOp(_Access):
+    """`loop.prefetch %buf, %i, %j : memref<..>, index, index`: a hint that
+    the element will be read soon (CPU: a software prefetch into L2). It
+    changes no value, so the indices only name an address: linearised
+    row-major like a load's, any of them may lie past its axis and the
+    address past the buffer (a CPU prefetch never faults). The interpreter
+    skips it; GPU kernels have none."""
+
+    name = "loop.prefetch"
+    operand_defs = (OperandDef("buffer_and_indices", variadic=True),)
+
+    def verify_(self) -> None:
+        if not self.operands:
+            raise VerifyError("needs a buffer")
+        self._verify_access()
+        if self.guard is not None:
+            raise VerifyError("takes no guard: a prefetch never faults")
+
+
+@register_op
 class StoreOp(_Access):
     """`loop.store %v, %buf, %i, %j[, %guard] : f32, memref<..>, index, index[, i1]`"""
 

@@ -459,8 +459,8 @@ class LoopInterpreter:
                 _check_bounds(op, source, env[op.source].shape)
                 value = _read(env[op.source], source, op.source.type)
             _write(env[op.buffer], indices, value, t)
-        elif name in ("loop.async_commit", "loop.async_wait"):
-            pass
+        elif name in ("loop.async_commit", "loop.async_wait", "loop.prefetch"):
+            pass  # ordering and cache hints: no value changes
         elif name == "arith.constant":
             env[op.result] = scalar(op.attr("value").value, op.result.type)
         elif name == "arith.cmp":

@@ -37,7 +37,13 @@ recommends: the backend widens the vector loop, loop.for and all):
         loop.for m0 in block step MR                     -- register tiles down the block
           loop.parallel [NR] (vector)
             acc[MR] = loop.for k in 0..K: acc_i += A[m0+i, k] * B[k, n0+j]
+                                          prefetch this tile's share of the next B panel
             epilogue(acc_i) -> store, guarded at the edges
+
+A weight (a constant B) is packed at load into K×NR panels, which come from
+memory on every call; each register tile prefetches a 1/(MC/MR) share of
+the next panel (`b_prefetch_step`), so the stream is spread over the whole
+panel's work instead of stalling its first tile.
 
 Concatenated operands (sibling matmuls merged on concatenated weights and
 biases: `x @ concat(wq, wk, wv) + concat(bq, bk, bv)`): the emitter would
@@ -61,6 +67,7 @@ from dataclasses import replace
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.compiler.ir import BlockArgument, Operation, Value
 from fusecc.compiler.types import MemRefType
+from fusecc.dialects import loop
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 
@@ -271,6 +278,7 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
     m_spans, n_spans, k_spans = spans(bounds["m"], mc), spans(bounds["n"], nc), spans(bounds["k"], 1)
     acc_type = problem.accumulator
     row_blocks, col_blocks = total_tiles(m_spans), total_tiles(n_spans)
+    prefetch_step = b_prefetch_step(problem, tiles) if 1 in packed else 0
 
     def worker(p: Value) -> None:
         batch_flat, row_block, col_block = im.delinearize(p, [problem.batch_size, row_blocks, col_blocks])
@@ -296,6 +304,10 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
             rows = [im.add(m0, im.const(i)) for i in range(mr)]
             row_ok = [None if whole else ms.guard(w, m, mr) for m in rows]
             a_panel, b_panel = im.div(m0, mr), im.div(n0, nr)
+            if prefetch_step:
+                # this tile's share of the next B panel: (t·K + k)·step elements in
+                next_b_panel = im.add(b_panel, im.const(1))
+                prefetch_first = im.mul(im.div(w.index_sub(m0, row0), mr), im.const(problem.k * prefetch_step))
 
             def column(j: Value) -> None:
                 n = im.add(n0, j)
@@ -307,6 +319,9 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
                         b = w.load(packed[1], [packed_batch[1], b_panel, k, j])
                     else:
                         b = w.value_at(problem.rhs, problem.b_index(bidx, k, n, im), col_ok)
+                    if prefetch_step:
+                        ahead = im.add(prefetch_first, im.mul(k, im.const(prefetch_step)))
+                        w.b.create(loop.PrefetchOp, [packed[1], packed_batch[1], next_b_panel, im.const(0), ahead])
                     if 0 in packed:
                         a = [w.load(packed[0], [packed_batch[0], a_panel, k, im.const(i)]) for i in range(mr)]
                     else:
@@ -355,6 +370,25 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
     w.outer([problem.batch_size * row_blocks * col_blocks], ["worker"], worker, ["block"])
     lowered.launches.append(Launch(w.finish(), w.arg_refs + [ref for _, ref in packs.values()]))
     return lowered
+
+
+def b_prefetch_step(problem: MatmulProblem, tiles: CpuMatmulTiles) -> int:
+    """Elements of the next packed B panel each register tile prefetches per
+    k (0: none), so that the MC/MR tiles of a block, each over its K steps,
+    cover the whole next panel between them.
+
+    A weight comes from memory on every call (a model's weights do not stay
+    in cache). Unprefetched, the first register tile of each K×NR panel
+    streams it at the FMAs' pace (NR floats per MR·NR/W FMAs: 48 GB/s with
+    AVX-512), which one core cannot draw from memory, and stalls; the other
+    tiles find it in L2. Prefetched a panel ahead, spread over all tiles, the
+    stream needs 1/(MC/MR) of that. (Measured, 1 thread, thread CPU time,
+    caches flushed before each call: see docs/performance.md.) One tile
+    (M ≤ MR) reads each panel once: nothing to spread it over."""
+    tiles_per_block = tiles.block_m // tiles.micro_m
+    if tiles_per_block < 2:
+        return 0
+    return ceil_div(tiles.micro_n, tiles_per_block)
 
 
 def is_program_constant(operand: Value) -> bool:

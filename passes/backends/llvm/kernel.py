@@ -396,6 +396,7 @@ STRUCTURE = {
     "loop.if": KernelEmitter.emit_if,
     "loop.load": KernelEmitter.emit_load,
     "loop.store": KernelEmitter.emit_store,
+    "loop.prefetch": KernelEmitter.emit_prefetch,
     "loop.alloc": KernelEmitter.emit_alloc,
     "loop.constant": KernelEmitter.emit_constant_buffer,
     "loop.view": KernelEmitter.emit_view,

@@ -10,6 +10,7 @@ from fusecc.passes.backends.llvm.text import (
     LINEAR,
     STORAGE,
     UNIFORM,
+    VECTOR,
     Buffer,
     REGISTER,
     Val,
@@ -173,6 +174,17 @@ class MemoryAccess:
                  (self.full("i1"), self.vec(mask) if mask is not None else all_lanes), (vt, self.lit(store_ty, pad_storage))],
             )
         self.bind(op.result, self.vector(self.from_storage(t, raw, W), reg))
+
+    def emit_prefetch(self, op: loop.PrefetchOp) -> None:
+        """One `llvm.prefetch` into L2 (locality 2: `prefetcht1` on x86) of the
+        first lane's address; the GEP is not `inbounds`: the address may lie
+        past the buffer (loop.PrefetchOp)."""
+        buf = self.buffers[op.buffer]
+        flat = self.flat_index(buf, op.indices)
+        if flat.kind == VECTOR:
+            flat = Val(self.fb.emit(f"extractelement {self.full('i64')} {flat.ref}, i64 0"), "i64")
+        ptr = self.pointer(buf, flat, inbounds=False)
+        self.fb.call("llvm.prefetch.p0", "void", [("ptr", ptr), ("i32", "0"), ("i32", "2"), ("i32", "1")])
 
     def emit_store(self, op: loop.StoreOp) -> None:
         buf = self.buffers[op.buffer]
