@@ -125,8 +125,8 @@ def attention_alternatives(example: str = "encoder_block.ir") -> str:
     threads: R = 1, which the chooser's tile list leaves out where the
     queries fill more than one tile); and the unsplit tiles whose grid falls
     short of the SMs, which the chooser sets aside while any grid fills them
-    (`contractions.full_wave_first`). The modelled time is the chooser's
-    (`contractions.attention_seconds`: the busiest SM, plus a split's second
+    (`gpu_matmul_tiles.full_wave_first`). The modelled time is the chooser's
+    (`attention_tiles.attention_seconds`: the busiest SM, plus a split's second
     launch and partial results); shared loads per FMA are the main loop's
     (`attention_shared_requests`), which issue 13.3 bounds at 1:4."""
     from dataclasses import replace
@@ -134,9 +134,8 @@ def attention_alternatives(example: str = "encoder_block.ir") -> str:
     from fusecc.compiler.diagnostics import DiagnosticEngine
     from fusecc.driver.reporting import report_data
     from fusecc.passes.backends.hardware import HARDWARE
-    from fusecc.passes.tiling.contractions import (
+    from fusecc.passes.tiling.attention_tiles import (
         GPU_ATTENTION_TILES,
-        AttentionShape,
         AttentionTiles,
         attention_blocks,
         attention_seconds,
@@ -144,8 +143,8 @@ def attention_alternatives(example: str = "encoder_block.ir") -> str:
         attention_stages,
         choose_gpu_attention_tiles,
         gpu_attention_resources,
-        resource_problem,
     )
+    from fusecc.passes.tiling.contraction_shapes import AttentionShape, resource_problem
 
     h200 = HARDWARE["h200"]
     module = _module(example)

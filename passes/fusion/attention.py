@@ -27,7 +27,8 @@ from fusecc.dialects import tensor as T
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.log import FusionLog
 from fusecc.passes.fusion.partition import FORBID, FORCE, Partition, flag
-from fusecc.passes.tiling.contractions import AttentionShape, choose_attention_tiles, gpu_attention_resources, resource_problem
+from fusecc.passes.tiling.attention_tiles import choose_attention_tiles, gpu_attention_resources
+from fusecc.passes.tiling.contraction_shapes import AttentionShape, resource_problem
 from fusecc.passes.tiling.epilogues import epilogue_refusal
 from fusecc.passes.transforms.decompose import decompose_op
 

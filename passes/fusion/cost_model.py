@@ -30,7 +30,7 @@ Estimates (`estimate_ops` for a candidate set of top-level ops,
   recomputed per consumer element: `recomputed_flops`);
 * registers per thread and shared memory per block: the tiling level's
   estimate (`tiling/resources.py`) for the tiles the tiler will choose
-  (`tiling/geometry.py`, `tiling/contractions.py`), which the tiler writes
+  (`tiling/geometry.py`, `tiling/matmul_tiles.py`, `tiling/attention_tiles.py`), which the tiler writes
   on each group too: one figure for fusion decisions and tiles.
 
 This module imports the tiling level and nothing above it: the tiler does
@@ -66,15 +66,9 @@ from fusecc.passes.fusion.op_work import (  # noqa: F401  (re-exported: the pass
 from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import Composite, Contraction, Elementwise, Injective, Reduction
 from fusecc.compiler.types import TensorType
-from fusecc.passes.tiling.contractions import (
-    MAX_SPECIALISED_COPIES,
-    AttentionShape,
-    MatmulShape,
-    at_hints,
-    choose_attention_tiles,
-    choose_matmul_tiles,
-    reload_factors,
-)
+from fusecc.passes.tiling.attention_tiles import choose_attention_tiles
+from fusecc.passes.tiling.contraction_shapes import MAX_SPECIALISED_COPIES, AttentionShape, MatmulShape, at_hints
+from fusecc.passes.tiling.matmul_tiles import choose_matmul_tiles, reload_factors
 from fusecc.passes.tiling.geometry import ELEMENTS_PER_THREAD
 from fusecc.passes.tiling.parts import infer_kind
 from fusecc.passes.tiling.resources import (

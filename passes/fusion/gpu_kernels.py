@@ -2,7 +2,7 @@
 (`gpu_time.py` turns it into seconds).
 
 From the tiles the tiler chooses (`tiling/geometry.py`,
-`tiling/contractions.py`), per kernel kind:
+`tiling/matmul_tiles.py`, `tiling/attention_tiles.py`), per kernel kind:
 
 * blocks and threads: the grid of the template (lowering/*.py);
 * global bytes each thread has in flight: what it loads before it first
@@ -18,7 +18,7 @@ From the tiles the tiler chooses (`tiling/geometry.py`,
     output tile through shared memory add theirs; split-K blocks take
     their range of K, and a second launch adds the ranges (`split_k_bytes`);
   - attention, per block and BT-key step: each warp's loads are
-    `contractions.attention_shared_requests` (float4 vectors, R ≥ 2 rows
+    `attention_tiles.attention_shared_requests` (float4 vectors, R ≥ 2 rows
     per thread share each key and value vector: one wavefront each, the
     tiles padded so), and it stores its probabilities and its share of the
     K and V tiles (cp.async on sm_80+, double-buffered: two tiles in flight
@@ -44,18 +44,9 @@ import math
 from fusecc.compiler.traits import Contraction
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.fusion.gpu_time import GpuLaunch
-from fusecc.passes.tiling.contractions import (
-    AttentionShape,
-    AttentionTiles,
-    GpuMatmulTiles,
-    MatmulShape,
-    attention_shared_requests,
-    attention_stages,
-    choose_gpu_matmul_tiles,
-    key_tiles_per_split,
-    gpu_matmul_stages,
-    shared_traffic_per_block,
-)
+from fusecc.passes.tiling.attention_tiles import AttentionTiles, attention_shared_requests, attention_stages, key_tiles_per_split
+from fusecc.passes.tiling.contraction_shapes import AttentionShape, MatmulShape
+from fusecc.passes.tiling.gpu_matmul_tiles import GpuMatmulTiles, choose_gpu_matmul_tiles, gpu_matmul_stages, shared_traffic_per_block
 from fusecc.passes.tiling.geometry import TileConfig, elements_per_thread
 from fusecc.passes.tiling.resources import KernelBody
 from fusecc.passes.tiling.shapes import ceil_div
@@ -125,7 +116,7 @@ def gpu_launch_and_shared(
 
 def matmul_split_k(problem: MatmulShape, tiles: TileConfig, hardware: Hardware) -> int:
     """The K ranges the FMA matmul template sums separately (split-K:
-    `contractions.choose_gpu_matmul_tiles`, which the lowering asks too)."""
+    `gpu_matmul_tiles.choose_gpu_matmul_tiles`, which the lowering asks too)."""
     return choose_gpu_matmul_tiles(problem, hardware, tuple(tiles.block), tiles.k or None, tiles.threads).split_k
 
 

@@ -49,12 +49,13 @@ from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul import the_only, tile_attribute
 from fusecc.passes.tiling.tile import hinted_copy
-from fusecc.passes.tiling.contractions import AttentionShape, AttentionTiles, choose_attention_tiles
+from fusecc.passes.tiling.attention_tiles import AttentionTiles, choose_attention_tiles
+from fusecc.passes.tiling.contraction_shapes import AttentionShape
 from fusecc.passes.lowering.scalar_emitter import IndexMath, broadcast_index
 
 
 class AttentionProblem(AttentionShape):
-    """An attention group's problem: its shape (`tiling/contractions.py`)
+    """An attention group's problem: its shape (`tiling/contraction_shapes.py`)
     and the index of each operand's element."""
 
     @classmethod

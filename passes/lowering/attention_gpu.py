@@ -47,17 +47,16 @@ from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul_checks import MAX_GRID_YZ, check_resources
 from fusecc.passes.lowering.matmul_gpu import copy_async
 from fusecc.passes.lowering.scalar_emitter import LoweringError
-from fusecc.passes.tiling.contractions import (
-    AttentionShape,
+from fusecc.passes.tiling.attention_tiles import (
     AttentionTiles,
-    KernelResources,
     attention_row_pads,
     attention_stages,
     attention_vector_widths,
     gpu_attention_resources,
-    gpu_matmul_stages,
     key_tiles_per_split,
 )
+from fusecc.passes.tiling.contraction_shapes import AttentionShape, KernelResources
+from fusecc.passes.tiling.gpu_matmul_tiles import gpu_matmul_stages
 
 # Plain (one-stage) staging rounds unrolled by this much: a few global loads
 # in flight per thread, without every round's address live across the key loop.

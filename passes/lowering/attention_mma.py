@@ -41,7 +41,7 @@ from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul_mma import MIN_SM, Lane, affine, mma_sync, sm_version
 from fusecc.passes.lowering.scalar_emitter import LoweringError
-from fusecc.passes.tiling.contractions import BASE_REGISTERS, KernelResources, resource_problem
+from fusecc.passes.tiling.contraction_shapes import BASE_REGISTERS, KernelResources, resource_problem
 
 WARP_CHOICES = (4, 2)  # warps per block, fullest first
 BLOCK_T = 64

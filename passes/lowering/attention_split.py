@@ -31,7 +31,7 @@ from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import ArgRef, Launch, LoweredGroup
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
-from fusecc.passes.tiling.contractions import AttentionTiles
+from fusecc.passes.tiling.attention_tiles import AttentionTiles
 
 COMBINE_THREADS = 256
 

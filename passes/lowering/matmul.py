@@ -83,14 +83,12 @@ from fusecc.passes.lowering.matmul_mma import lower_matmul_mma, mma_kind
 from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broadcast_index
 from fusecc.passes.lowering.spans import Span, in_span, spans, total_tiles  # noqa: F401  (the templates share them)
 from fusecc.passes.tiling.tile import hinted_copy
-from fusecc.passes.tiling.contractions import (
-    MAX_SPECIALISED_COPIES,  # noqa: F401  (the tests ask it here)
-    CpuMatmulTiles,
+from fusecc.passes.tiling.contraction_shapes import MAX_SPECIALISED_COPIES, MatmulShape  # noqa: F401  (the tests ask MAX_SPECIALISED_COPIES here)
+from fusecc.passes.tiling.cpu_matmul_tiles import CpuMatmulTiles, choose_cpu_matmul_tiles
+from fusecc.passes.tiling.gpu_matmul_tiles import (  # noqa: F401  (gpu_matmul_resources with the tile choosers, for the tests)
     GpuMatmulTiles,
-    MatmulShape,
-    choose_cpu_matmul_tiles,
     choose_gpu_matmul_tiles,
-    gpu_matmul_resources,  # noqa: F401  (with the tile choosers, for the tests)
+    gpu_matmul_resources,
 )
 
 
@@ -106,7 +104,7 @@ def the_only(group: GroupOp, op_class: type[Operation]) -> Operation:
 
 
 class MatmulProblem(MatmulShape):
-    """A matmul group's problem: its shape (`tiling/contractions.py`: what
+    """A matmul group's problem: its shape (`tiling/contraction_shapes.py`: what
     tiles and costs depend on) and the index of each operand's element."""
 
     @classmethod
@@ -153,7 +151,7 @@ def tile_attribute(group: GroupOp, name: str, default):
 
 
 def with_packing(problem: MatmulProblem, tiles: CpuMatmulTiles) -> CpuMatmulTiles:
-    """`tiles` (`contractions.choose_cpu_matmul_tiles`) with the packing
+    """`tiles` (`cpu_matmul_tiles.choose_cpu_matmul_tiles`) with the packing
     choice (`pack_operand_cpu`: A into K×MR, B into K×NR panels, k-major).
 
     B is packed when it is a constant of the program (a weight: the CPU

@@ -7,7 +7,8 @@ from __future__ import annotations
 from fusecc.compiler.types import ScalarType
 from fusecc.passes.backends.hardware import Hardware
 from fusecc.passes.lowering.scalar_emitter import LoweringError
-from fusecc.passes.tiling.contractions import GpuMatmulTiles, KernelResources, gpu_matmul_resources, resource_problem
+from fusecc.passes.tiling.contraction_shapes import KernelResources, resource_problem
+from fusecc.passes.tiling.gpu_matmul_tiles import GpuMatmulTiles, gpu_matmul_resources
 
 # The CUDA grid's y and z extents are limited to 65535 blocks.
 MAX_GRID_YZ = 65535

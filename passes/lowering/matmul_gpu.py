@@ -56,7 +56,7 @@ from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul_checks import MAX_GRID_YZ, check_gpu_tiles
 from fusecc.passes.lowering.scalar_emitter import LoweringError
 from fusecc.passes.lowering.spans import in_span, spans, total_tiles
-from fusecc.passes.tiling.contractions import SHARED_ROW_PAD, GpuMatmulTiles, matmul_padded_operands
+from fusecc.passes.tiling.gpu_matmul_tiles import SHARED_ROW_PAD, GpuMatmulTiles, matmul_padded_operands
 
 STAGING_WARP = (4, 8)  # rows × k a warp stages of a k-fastest operand
 

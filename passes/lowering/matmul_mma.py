@@ -52,7 +52,7 @@ from fusecc.passes.lowering.interface import Launch, LoweredGroup
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.scalar_emitter import LoweringError
 from fusecc.passes.lowering.spans import in_span, spans, total_tiles
-from fusecc.passes.tiling.contractions import BASE_REGISTERS, KernelResources, resource_problem
+from fusecc.passes.tiling.contraction_shapes import BASE_REGISTERS, KernelResources, resource_problem
 
 # sm_80 (A100) brought bf16 and tf32 mma.sync with f32 accumulators.
 MIN_SM = 80

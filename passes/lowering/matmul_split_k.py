@@ -21,7 +21,7 @@ from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, kernel_name
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
-from fusecc.passes.tiling.contractions import GpuMatmulTiles
+from fusecc.passes.tiling.gpu_matmul_tiles import GpuMatmulTiles
 from fusecc.passes.tiling.resources import kernel_bodies, peak_live_words
 
 REDUCE_THREADS = 256

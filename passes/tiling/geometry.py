@@ -5,7 +5,7 @@ or worker iterations (CPU), and the limits a choice must respect.
 place that decides it, for a materialised group (the `tile` pass) and for a
 candidate group alike (the fusion cost model, through `resources.py`); the
 lowering templates read the same choices back from the group. Matmul and
-attention tiles are `contractions.py`'s. The `tile.*` attribute names the
+attention tiles are `matmul_tiles.py`'s and `attention_tiles.py`'s. The `tile.*` attribute names the
 `tile` pass writes are here too (see `tile.py` for their meaning).
 """
 
@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 
 from fusecc.compiler import attributes as A
 from fusecc.passes.backends.hardware import Hardware
-from fusecc.passes.tiling.contractions import AttentionShape, MatmulShape, choose_attention_tiles, choose_matmul_tiles
+from fusecc.passes.tiling.attention_tiles import choose_attention_tiles
+from fusecc.passes.tiling.contraction_shapes import AttentionShape, MatmulShape
+from fusecc.passes.tiling.matmul_tiles import choose_matmul_tiles
 from fusecc.passes.tiling.shapes import ceil_div, next_pow2, product
 
 THREADS = "tile.threads"
@@ -179,7 +181,7 @@ def _contraction(ops, name: str):
 
 
 def _matmul(ops, hw: Hardware, o: Overrides) -> TileConfig:
-    """The matmul template's tiles (`contractions.choose_matmul_tiles`)."""
+    """The matmul template's tiles (`matmul_tiles.choose_matmul_tiles`)."""
     problem = MatmulShape.of_op(_contraction(ops, "tensor.matmul"), inside=ops)  # a concat among them cuts K: no split-K
     block = o.block if o.block is not None and len(o.block) == 2 else None
     tiles = choose_matmul_tiles(problem, hw, block, o.k, o.threads)
@@ -189,7 +191,7 @@ def _matmul(ops, hw: Hardware, o: Overrides) -> TileConfig:
 
 
 def _attention(ops, hw: Hardware, o: Overrides) -> TileConfig:
-    """The attention template's tiles (`contractions.choose_attention_tiles`)."""
+    """The attention template's tiles (`attention_tiles.choose_attention_tiles`)."""
     problem = AttentionShape.of_op(_contraction(ops, "tensor.attention"))
     block = o.block if o.block is not None and len(o.block) == 2 else None
     tiles = choose_attention_tiles(problem, hw, block, o.threads, o.split)

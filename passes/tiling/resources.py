@@ -9,7 +9,7 @@ ptxas. A kernel body is a group's ops with its inputs and outputs
 pointer and the peak number of live scalar values (a linear scan) for each
 element a thread has in flight; row kernels add a partial per warp and
 stat in shared memory. Matmul and attention kernels: the templates' own
-estimates (`contractions.gpu_matmul_resources`, `gpu_attention_resources`:
+estimates (`gpu_matmul_tiles.gpu_matmul_resources`, `gpu_attention_resources`:
 accumulators, fragments, staged tiles). On the CPU a "register" is a
 vector lane and "shared memory" the tiles a worker keeps in cache.
 """
@@ -23,20 +23,10 @@ from fusecc.compiler.ir import Operation, Value
 from fusecc.compiler.traits import ConstantLike, Contraction
 from fusecc.compiler.types import TensorType
 from fusecc.passes.backends.hardware import Hardware
-from fusecc.passes.tiling.contractions import (
-    AttentionShape,
-    AttentionTiles,
-    GpuMatmulTiles,
-    MatmulShape,
-    attention_stages,
-    choose_cpu_matmul_tiles,
-    cpu_attention_resources,
-    cpu_matmul_resources,
-    gpu_attention_resources,
-    gpu_matmul_resources,
-    gpu_matmul_stages,
-    matmul_padded_operands,
-)
+from fusecc.passes.tiling.attention_tiles import AttentionTiles, attention_stages, cpu_attention_resources, gpu_attention_resources
+from fusecc.passes.tiling.contraction_shapes import AttentionShape, MatmulShape
+from fusecc.passes.tiling.cpu_matmul_tiles import choose_cpu_matmul_tiles, cpu_matmul_resources
+from fusecc.passes.tiling.gpu_matmul_tiles import GpuMatmulTiles, gpu_matmul_resources, gpu_matmul_stages, matmul_padded_operands
 from fusecc.passes.tiling.geometry import TileConfig, choose_geometry, elements_per_thread
 from fusecc.passes.tiling.parts import horizontal_parts
 

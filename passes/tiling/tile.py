@@ -29,7 +29,7 @@ kinds whose block has as many entries); a choice that breaks the
 hardware's limits is an error located at the group.
 
 The choices themselves are the tiling level's: `geometry.choose_geometry`
-(matmul and attention tiles from `contractions.py`, which the templates
+(matmul and attention tiles from `matmul_tiles.py`, `attention_tiles.py`, which the templates
 use too), and the register and shared-memory estimates of every kind
 `resources.kernel_resources`, which the fusion cost model uses for the
 candidate groups it judges: `tile.registers` is the number the cost model

@@ -11,19 +11,15 @@ from fusecc.compiler.parser import parse_module
 from fusecc.compiler.types import f32
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.fusion.fuse import fuse_module
-from fusecc.passes.tiling.contractions import (
-    AttentionShape,
+from fusecc.passes.tiling.attention_tiles import (
     AttentionTiles,
-    MatmulShape,
     choose_cpu_attention_tiles,
     choose_gpu_attention_tiles,
     cpu_attention_resources,
-    choose_gpu_matmul_tiles,
     gpu_attention_resources,
-    gpu_matmul_resources,
-    matmul_padded_operands,
-    resource_problem,
 )
+from fusecc.passes.tiling.contraction_shapes import AttentionShape, MatmulShape, resource_problem
+from fusecc.passes.tiling.gpu_matmul_tiles import choose_gpu_matmul_tiles, gpu_matmul_resources, matmul_padded_operands
 from fusecc.passes.tiling.tile import choose_tiles
 
 LINEAR_RELU = """

@@ -160,7 +160,7 @@ def test_the_cost_model_and_the_templates_agree_on_tensor_cores(q, k, v, element
     from fusecc.passes.fusion import cost_model as cm
     from fusecc.passes.lowering.attention import AttentionProblem
     from fusecc.passes.lowering.attention_mma import attention_mma_kind
-    from fusecc.passes.tiling.contractions import AttentionShape
+    from fusecc.passes.tiling.contraction_shapes import AttentionShape
 
     def ty(shape):
         return f"tensor<{'x'.join(map(str, shape))}x{element}>"
@@ -234,7 +234,8 @@ def test_the_tile_chooser_times_a_matmul_as_the_cost_model_does(m, k, n):
     BK steps)."""
     from fusecc.compiler.types import f32
     from fusecc.passes.fusion import cost_model as cm
-    from fusecc.passes.tiling.contractions import MatmulShape, choose_gpu_matmul_tiles, gpu_matmul_seconds
+    from fusecc.passes.tiling.contraction_shapes import MatmulShape
+    from fusecc.passes.tiling.gpu_matmul_tiles import choose_gpu_matmul_tiles, gpu_matmul_seconds
 
     op = _only_op(
         f"func.func @f(%x: tensor<{m}x{k}xf32>, %w: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{\n"

@@ -16,7 +16,7 @@ from fusecc.compiler.types import TensorType, f16, f32
 from fusecc.dialects import tensor as T
 from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.lowering.attention import AttentionProblem, attention_tiles
-from fusecc.passes.tiling.contractions import gpu_attention_resources
+from fusecc.passes.tiling.attention_tiles import gpu_attention_resources
 from fusecc.passes.lowering.matmul_mma import choose_mma_tiles, mma_kind, mma_resources
 from fusecc.passes.lowering.matmul import MatmulProblem, gpu_matmul_resources, gpu_matmul_tiles
 from fusecc.driver import cuda_level

@@ -154,7 +154,7 @@ def test_cpu_packs_operands_with_prologues_into_panels(shapes, attrs):
     """Operands computed in the group: kernels `_pack_a` and `_pack_b` copy
     A and B (prologue applied, zero past M and N) into panels of MR rows
     and NR columns in the arena first; the product reads them unguarded."""
-    from fusecc.passes.tiling.contractions import CPU_MICRO_ROWS, CPU_MICRO_VECTORS
+    from fusecc.passes.tiling.cpu_matmul_tiles import CPU_MICRO_ROWS, CPU_MICRO_VECTORS
 
     def body(b, a):
         # prologues on A and B, computed while packing

@@ -23,8 +23,8 @@ from fusecc.dialects.loop_vector import LoadVectorOp
 from fusecc.driver import cuda_level
 from fusecc.passes.backends.cuda.emit import emit_cuda
 from fusecc.passes.backends.hardware import H200
-from fusecc.passes.tiling.contractions import GPU_MATMUL_TILES as GPU_TILES
-from fusecc.passes.tiling.contractions import MatmulShape
+from fusecc.passes.tiling.gpu_matmul_tiles import GPU_MATMUL_TILES as GPU_TILES
+from fusecc.passes.tiling.contraction_shapes import MatmulShape
 from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
 from fusecc.runtime.cuda.cpu_harness.sanitizer import run_sanitized
 from fusecc.runtime.reference import evaluate
@@ -188,7 +188,7 @@ def test_split_k_where_the_model_finds_it_pays():
     the chooser splits where the second kernel's launch and read-back cost
     less than the SMs an unsplit grid leaves idle."""
     from fusecc.compiler.types import f32
-    from fusecc.passes.tiling.contractions import GpuMatmulTiles, best_split_k, split_k_choices, split_k_ranges
+    from fusecc.passes.tiling.gpu_matmul_tiles import GpuMatmulTiles, best_split_k, split_k_choices, split_k_ranges
 
     assert split_k_choices(2816, 32) == list(range(1, 12))  # 2816 / (8 x 32)
     assert split_k_choices(100, 32) == [1]  # K too short to share
@@ -356,7 +356,7 @@ def test_a_concatenated_k_is_tiled_costed_and_lowered_unsplit():
     from fusecc.compiler.pass_manager import PassContext
     from fusecc.driver.cuda_target import lower_to_cuda
     from fusecc.driver.reporting import report_data
-    from fusecc.passes.tiling.contractions import choose_gpu_matmul_tiles, gpu_matmul_seconds
+    from fusecc.passes.tiling.gpu_matmul_tiles import choose_gpu_matmul_tiles, gpu_matmul_seconds
 
     text = concat_k_program(128, (1536, 1536), 768)
     module = parse_module(text, "concat_k.ir")

@@ -13,7 +13,7 @@ from fusecc.compiler.pass_manager import parse_pipeline, run_pipeline
 from fusecc.dialects.fusion import GroupOp
 from fusecc.compiler.types import f32
 from fusecc.passes.lowering.matmul import GpuMatmulTiles, gpu_matmul_resources
-from fusecc.passes.tiling.contractions import SMALLER_TILE_GAIN, best_split_k, gpu_matmul_seconds
+from fusecc.passes.tiling.gpu_matmul_tiles import SMALLER_TILE_GAIN, best_split_k, gpu_matmul_seconds
 from fusecc.passes.tiling.tile import Overrides, TileConfig, choose_tiles, limit_problem, read_attributes, tile_config
 
 

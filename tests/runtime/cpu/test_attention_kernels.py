@@ -92,7 +92,7 @@ def test_masked_attention_matches_the_reference_on_ragged_shapes(h, s, t, d, mas
 
 def test_large_tiles_are_what_the_ragged_shapes_above_exercise():
     from fusecc.passes.backends.hardware import CPU
-    from fusecc.passes.tiling.contractions import choose_cpu_attention_tiles
+    from fusecc.passes.tiling.attention_tiles import choose_cpu_attention_tiles
     from fusecc.passes.lowering.attention import AttentionProblem
     from fusecc.dialects import tensor as T
 

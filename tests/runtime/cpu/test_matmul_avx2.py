@@ -27,7 +27,7 @@ from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeli
 from fusecc.driver.pipelines import pipeline_for_level  # noqa: E402
 from fusecc.passes.backends.hardware import CPU, CPU_AVX2, CPU_FEATURES_ENV, hardware, isa_of  # noqa: E402
 from fusecc.passes.backends.llvm.emit import emit_llvm  # noqa: E402
-from fusecc.passes.tiling.contractions import cpu_register_tile  # noqa: E402
+from fusecc.passes.tiling.cpu_matmul_tiles import cpu_register_tile  # noqa: E402
 from fusecc.runtime.cpu import jit  # noqa: E402
 from fusecc.runtime.reference import evaluate  # noqa: E402
 

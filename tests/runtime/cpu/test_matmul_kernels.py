@@ -1,6 +1,6 @@
 """The CPU matmul kernels against the reference, on ragged shapes.
 
-The register tile (8 rows × 2 vectors, `contractions.choose_cpu_matmul_tiles`),
+The register tile (8 rows × 2 vectors, `cpu_matmul_tiles.choose_cpu_matmul_tiles`),
 the FMA accumulation (`math.fma`), B packed at load when it is a constant
 and read in place or packed per call when it is an argument
 (`matmul.with_packing`), with the bias + GELU-erf epilogue in registers:

@@ -16,7 +16,8 @@ from fusecc.dialects import loop
 from fusecc.dialects.loop_vector import LoadVectorOp
 from fusecc.driver.cuda_target import compile_program
 from fusecc.passes.backends.hardware import H200
-from fusecc.passes.tiling.contractions import GPU_ATTENTION_TILES, AttentionShape, AttentionTiles, choose_gpu_attention_tiles
+from fusecc.passes.tiling.attention_tiles import GPU_ATTENTION_TILES, AttentionTiles, choose_gpu_attention_tiles
+from fusecc.passes.tiling.contraction_shapes import AttentionShape
 from fusecc.runtime.cuda.cpu_harness.loader import HostCompilerMissing
 from fusecc.runtime.cuda.cpu_harness.sanitizer import run_sanitized
 from fusecc.runtime.reference import evaluate, random_input
@@ -77,14 +78,14 @@ def test_attention_matches_the_reference_sanitized(name, cuda_cache_dir):
 def test_every_tile_of_the_chooser_is_right(bq, threads, cuda_cache_dir, monkeypatch):
     """Each (BQ, threads) of the chooser: 4, 2 or 1 rows per thread, on a
     ragged causal problem with a mask, the chooser's answer forced."""
-    import fusecc.passes.tiling.contractions as contractions
+    import fusecc.passes.tiling.attention_tiles as attention_tiles
 
-    real = contractions.choose_gpu_attention_tiles
+    real = attention_tiles.choose_gpu_attention_tiles
 
     def forced(problem, hardware, block=None, threads_=None, splits=None):
         return AttentionTiles(bq, 32, threads) if block is None else real(problem, hardware, block, threads_, splits)
 
-    monkeypatch.setattr(contractions, "choose_gpu_attention_tiles", forced)
+    monkeypatch.setattr(attention_tiles, "choose_gpu_attention_tiles", forced)
     source, manifest, _, expected, outputs, findings = run(program((2, 45, 64), (2, 45, 64), (2, 45, 40), (45, 45), "causal = true"), cuda_cache_dir)
     assert [launch.block[0] for launch in manifest.launches] == [threads]
     assert findings == [], "\n".join(map(str, findings))
@@ -128,14 +129,14 @@ def test_decoding_splits_the_keys_and_combines_them(cuda_cache_dir):
 def test_split_kv_with_causal_ranges_past_the_diagonal(splits, cuda_cache_dir, monkeypatch):
     """Causal, forced splits: the first query tiles' later key ranges are
     empty (m = -inf, l = 0) and must weigh nothing in the combination."""
-    import fusecc.passes.tiling.contractions as contractions
+    import fusecc.passes.tiling.attention_tiles as attention_tiles
 
-    real = contractions.choose_gpu_attention_tiles
+    real = attention_tiles.choose_gpu_attention_tiles
 
     def forced(problem, hardware, block=None, threads=None, splits_=None):
         return AttentionTiles(16, 32, 64, splits) if block is None else real(problem, hardware, block, threads, splits_)
 
-    monkeypatch.setattr(contractions, "choose_gpu_attention_tiles", forced)
+    monkeypatch.setattr(attention_tiles, "choose_gpu_attention_tiles", forced)
     _, manifest, _, expected, outputs, findings = run(program((2, 100, 64), (2, 100, 64), (2, 100, 40), (100, 100), "causal = true"), cuda_cache_dir)
     assert [launch.grid[2] for launch in manifest.launches[:1]] == [splits]
     assert findings == [], "\n".join(map(str, findings))

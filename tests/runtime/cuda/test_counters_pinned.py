@@ -44,12 +44,12 @@ class Pin(NamedTuple):
 
 
 PINS = {
-    # Matmul tiles chosen by the model's time (contractions.gpu_matmul_seconds):
+    # Matmul tiles chosen by the model's time (gpu_matmul_tiles.gpu_matmul_seconds):
     # QKV and FFN-up 32x32 over two warps (4x4 per thread), the output
     # projection 32x16 over two (2x4), FFN-down 128x64 over eight (4x8) with
     # K in 11 ranges (split-K: its _reduce kernel adds them). Attention 8x64
     # over one warp (2 rows a thread): 192 blocks, where 16-row tiles gave 96
-    # on 132 SMs (contractions.full_wave_first; 3 blocks per SM fit, 5%).
+    # on 132 SMs (gpu_matmul_tiles.full_wave_first; 3 blocks per SM fit, 5%).
     "encoder_block.ir": {
         "fused_0_matmul": Pin(288, 64, 17408, 1.0, 1.0, 80, 0.375, 0.1818),
         "fused_1_attention": Pin(192, 32, 72064, 1.0, 1.0, 72, 0.0469, 0.4848),
