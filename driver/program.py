@@ -211,8 +211,8 @@ class Program:
             self.entry = func.sym_name
             self.signature = _signature(func)
             self._compile(pool)
-            static = all(getattr(t, "is_static", True) for t in self.signature.types) and not self._reads_other_files
-            return self._compiled, (self._meta() if static else None)
+            # Kept unless other files hold some of its bytes (not in the key); with `?` dims as its loop-level module.
+            return self._compiled, (None if self._reads_other_files else self._meta())
 
         compiled, meta, hit = program_cache.compiled_model(path, options, build, pool)
         if not hit:  # the model's digest and the cache lookup (the image is written on a background thread)
@@ -224,6 +224,7 @@ class Program:
             self.entry = meta["entry"]
             self.signature = _Signature(meta["inputs"], [parse_type_token(t) for t in meta["input_types"]], meta["results"])
             self._launches = meta["launches"]
+            self._loop_module = compiled.module  # kept as its loop-level module (`?` dims); an image has none
             self.stats.from_cache = True
             self.stats.functions = len(compiled.kernels)
             self.stats.compilations += 1

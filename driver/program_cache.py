@@ -10,9 +10,14 @@ compile and run programs, by content) and the host CPU (the object code is
 compiled for it). The cache vets the folder's owner and mode and checks the
 entry's content digest before anything is loaded (runtime/cache.py).
 
-Not kept (compiled the usual way every time): programs with `?` dims (their
-schedule is planned per call) and ONNX models with external data files
-(their bytes are not in the key).
+A program with `?` dims has no image (its schedule is planned per call):
+it is kept as its loop-level module instead (kind "program-loops": the
+module's text, its constants in a safetensors file beside it, mapped when
+read, and the caller's meta); a hit parses that module and links the
+kernels' objects from the LLVM cache, so it runs no pass either (the
+"program" entry is then empty, a marker). Not kept (compiled the usual way
+every time): ONNX models with external data files (their bytes are not in
+the key).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from typing import Callable
 from fusecc.runtime import cache
 
 KIND = "program"
+LOOPS_KIND = "program-loops"  # a program with `?` dims: its loop-level module, constants and meta
+LOOPS_MODULE, LOOPS_META = "module.ir", "meta.json"
 # The packages whose code decides what a compiled program is and does.
 SOURCE_PACKAGES = ("compiler", "dialects", "passes", "runtime", "frontends", "driver")
 # Environment settings the import or the compiled program depends on.
@@ -165,27 +172,80 @@ def compiled_model(path: str, options: dict, build: Callable[[], tuple[object, d
             return program, meta, True
         except ImageError as exc:
             cache.warn_once(f"a compiled program in the cache could not be loaded ({exc}); compiling it")
+    loops = None
+    if blob is not None and not blob:  # no image: the program is kept as its loop-level module, or not kept
+        loops = _lookup_loops(key)
+        if loops is not None:
+            try:
+                program, meta = load_loops(loops, pool)
+                return program, meta, True
+            except (OSError, ValueError) as exc:  # (a DiagnosticError is a ValueError)
+                cache.warn_once(f"a compiled program in the cache could not be loaded ({exc}); compiling it")
+                loops = None
     program, meta = build()
-    if blob is None:  # not there (an empty entry marks a program that is never kept)
+    if blob is None or (not blob and loops is None):  # not there (or its loop-level module is gone)
         store_later(key, program, meta)
     return program, meta, False
+
+
+def _lookup_loops(key: str):
+    """The folder of the "program-loops" entry `key` (checked against its digest), or None."""
+    try:
+        return cache.lookup(LOOPS_KIND, key)
+    except OSError:
+        return None
+
+
+def write_loops(folder, module, meta: dict) -> None:
+    """A loop-level module (changed: its constants become resources) and
+    `meta` as the files of a "program-loops" entry."""
+    from fusecc.compiler.resources import save_module
+
+    save_module(module, os.path.join(folder, LOOPS_MODULE))
+    with open(os.path.join(folder, LOOPS_META), "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+
+
+def load_loops(folder, pool=None):
+    """(CompiledProgram, meta) from a "program-loops" entry: the module
+    parsed (its constants mapped from the entry's safetensors file), the
+    kernels' objects from the LLVM cache, constants placed and weights
+    packed as after a compile."""
+    from fusecc.compiler.parser import parse_module
+    from fusecc.runtime.cpu.executor import CompiledProgram
+
+    path = os.path.join(folder, LOOPS_MODULE)
+    with open(path, encoding="utf-8") as f:
+        module = parse_module(f.read(), filename=path)
+    with open(os.path.join(folder, LOOPS_META), encoding="utf-8") as f:
+        meta = json.load(f)
+    program = CompiledProgram(module, pool=pool)
+    program.prepare(meta["entry"])
+    return program, meta
 
 
 def store_later(key: str, program, meta: dict | None) -> Future:
     """Write the image of `program` (an empty entry when `meta` is None or
     the program has no image) to the cache on a background thread: hashing
     and writing a model's weights let go of the GIL, so the caller runs on
-    meanwhile. The thread is joined at exit, so the entry is complete then."""
+    meanwhile. A program with `?` dims (no image) with `meta` is kept as its
+    loop-level module (write_loops), before its empty "program" entry. The
+    thread is joined at exit, so the entries are complete then."""
     from fusecc.runtime.cpu.image import ImageError, image_bytes
 
     global _storer
+    loops = None
     try:
         chunks = image_bytes(program, meta) if meta is not None else b""
     except ImageError:
         chunks = b""
+        if meta is not None and program.module is not None:
+            loops = program.module.clone()  # (write_loops changes the module it writes)
 
     def store() -> None:
         try:
+            if loops is not None:
+                cache.fetch(LOOPS_KIND, key, lambda folder: write_loops(folder, loops, meta))
             cache.fetch_bytes(KIND, key, lambda: chunks)
         except OSError as exc:  # a cache that cannot be written only costs the next process a compile
             cache.warn_once(f"could not keep a compiled program in the cache ({exc})")
@@ -211,4 +271,4 @@ def wait(future: Future) -> None:
         pass
 
 
-__all__ = ["KIND", "compiled_model", "compiler_identity", "source_identity", "file_digest", "program_key", "store_later", "wait_for_stores"]
+__all__ = ["KIND", "LOOPS_KIND", "compiled_model", "load_loops", "write_loops", "compiler_identity", "source_identity", "file_digest", "program_key", "store_later", "wait_for_stores"]

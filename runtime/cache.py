@@ -51,6 +51,7 @@ KINDS = {
     "cubin": "CUDA binaries (NVRTC)",
     "parser": "the parser's LALR tables",
     "program": "compiled CPU programs of model files (kernels, schedule, constants)",
+    "program-loops": "compiled CPU programs of model files with `?` dims, as loop-level modules (driver/program_cache.py)",
     "file-digest": "content digests of model files, by inode, size and times (driver/program_cache.py)",
 }
 DEFAULT_MAX_BYTES = 2 << 30
@@ -339,6 +340,18 @@ def fetch_bytes(kind: str, key: str, build: Callable[[], bytes | list], root: st
         built.append(data)
 
     return _fetch(kind, key, write, root, blob=True, aligned=aligned, built=built)
+
+
+def lookup(kind: str, key: str, root: str | os.PathLike | None = None) -> Path | None:
+    """A folder entry's path if the disk cache holds it (checked against its
+    digest, as fetch does), else None; nothing is built."""
+    folder = kind_dir(kind, root)
+    if folder is None:
+        return None
+    found = _verified(folder / key, False)
+    if found is not None:
+        counts.hits += 1
+    return found
 
 
 def lookup_bytes(kind: str, key: str, root: str | os.PathLike | None = None, aligned: bool = False):

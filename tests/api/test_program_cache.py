@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,20 +29,22 @@ pytest.importorskip("llvmlite")
 
 # Runs in a fresh process: compiles the model, saves the result, and says
 # whether the program came from the cache, whether the onnx package was
-# imported and how many passes ran.
+# imported, how many passes ran and how many LLVM children were started.
 CHILD = r"""
 import json, sys
 import numpy as np
 import fusecc
 from fusecc.compiler import pass_manager
-passes = []
-run_pass = pass_manager._run_pass
+from fusecc.runtime.cpu import jit
+passes, llvm = [], []
+run_pass, start_child = pass_manager._run_pass, jit._start_child
 pass_manager._run_pass = lambda p, *rest: (passes.append(p.name), run_pass(p, *rest))[1]
+jit._start_child = lambda *args: (llvm.append(1), start_child(*args))[1]
 path, shapes, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 program = fusecc.compile(path, target="cpu", shapes=shapes or None, options={"threads": 1})
 x = np.linspace(-1, 1, 4 * 64, dtype=np.float32).reshape(4, 64)
 np.save(out, program(x=x)["y"])
-print(json.dumps({"from_cache": program.stats.from_cache, "onnx": "onnx" in sys.modules, "passes": len(passes),
+print(json.dumps({"from_cache": program.stats.from_cache, "onnx": "onnx" in sys.modules, "passes": len(passes), "llvm": len(llvm),
                   "kernels": program.kernels, "inputs": {k: str(t) for k, t in program.inputs.items()}}))
 """
 
@@ -64,11 +67,11 @@ def write_model(path, weight_scale: float = 1.0, rows="4") -> str:
     return str(path)
 
 
-def expected(weight_scale: float = 1.0) -> np.ndarray:
+def expected(weight_scale: float = 1.0, x: np.ndarray | None = None) -> np.ndarray:
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal((64, 96)) * weight_scale).astype(np.float32)
     bias = rng.standard_normal(96).astype(np.float32)
-    x = np.linspace(-1, 1, 4 * 64, dtype=np.float32).reshape(4, 64)
+    x = np.linspace(-1, 1, 4 * 64, dtype=np.float32).reshape(4, 64) if x is None else x
     return np.maximum(x @ weight + bias, 0)
 
 
@@ -120,13 +123,44 @@ def test_other_shapes_are_another_entry(tmp_path, cache_dir):
     np.testing.assert_allclose(out, expected(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_program_with_dynamic_dims_is_not_kept(tmp_path, cache_dir):
+def test_a_program_with_dynamic_dims_is_kept_as_its_loop_level_module(tmp_path, cache_dir):
+    """A warm compile of a `?` program runs no pass and no LLVM, imports no
+    onnx, and the program it loads runs every size as the compiled one did."""
     path = write_model(tmp_path / "m.onnx", rows="N")
-    for _ in range(2):
-        program = fusecc.compile(path, target="cpu")
-        assert program.stats.from_cache is False
-    x = np.linspace(-1, 1, 4 * 64, dtype=np.float32).reshape(4, 64)
-    np.testing.assert_allclose(program(x=x)["y"], expected(), rtol=1e-5, atol=1e-5)
+    cold, cold_out = compile_in_child(tmp_path, path, name="cold.npy")
+    warm, warm_out = compile_in_child(tmp_path, path, name="warm.npy")
+    assert cold["from_cache"] is False and cold["passes"] > 0 and cold["llvm"] > 0
+    assert warm["from_cache"] is True
+    assert (warm["passes"], warm["llvm"], warm["onnx"]) == (0, 0, False)
+    assert warm["kernels"] == cold["kernels"] and warm["inputs"] == cold["inputs"] == {"x": "tensor<?x64xf32>"}
+    np.testing.assert_array_equal(warm_out, cold_out)
+    np.testing.assert_allclose(warm_out, expected(), rtol=1e-5, atol=1e-5)
+    assert [p.name for p in (cache_dir / program_cache.LOOPS_KIND).iterdir() if p.name != ".lock"]
+    program = fusecc.compile(path, target="cpu")
+    assert program.stats.from_cache and "loop.schedule" in program.source("loop")
+    for rows in (1, 3, 17):
+        x = np.random.default_rng(rows).standard_normal((rows, 64)).astype(np.float32)
+        np.testing.assert_allclose(program(x=x)["y"], expected(x=x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_programs_lost_or_damaged_module_is_compiled_and_kept_again(tmp_path, cache_dir, caplog):
+    path = write_model(tmp_path / "m.onnx", rows="N")
+    fusecc.compile(path, target="cpu")
+    program_cache.wait_for_stores()
+    loops = cache_dir / program_cache.LOOPS_KIND
+    [entry] = [p for p in loops.iterdir() if p.name != ".lock"]
+    shutil.rmtree(entry)  # evicted: the empty "program" entry stays
+    assert fusecc.compile(path, target="cpu").stats.from_cache is False
+    program_cache.wait_for_stores()
+    module = entry / program_cache.LOOPS_MODULE
+    module.write_text(module.read_text().replace("loop.kernel", "loop.kernel ", 1))  # one byte more
+    with caplog.at_level("WARNING", logger="fusecc.cache"):
+        assert fusecc.compile(path, target="cpu").stats.from_cache is False
+    assert "does not match its digest" in caplog.text
+    program_cache.wait_for_stores()
+    program = fusecc.compile(path, target="cpu")
+    assert program.stats.from_cache is True
+    np.testing.assert_allclose(program(x=np.ones((2, 64), np.float32))["y"], expected(x=np.ones((2, 64), np.float32)), rtol=1e-5, atol=1e-5)
 
 
 def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path, cache_dir, caplog):
