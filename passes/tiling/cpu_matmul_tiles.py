@@ -5,6 +5,7 @@ iteration and the MR×NR register tile (`choose_cpu_matmul_tiles`,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from fusecc.passes.backends.hardware import Hardware
@@ -68,14 +69,21 @@ CPU_MIN_ACCUMULATORS = 8
 # layer's B once at 128 tokens. Measured, 1 thread, thread CPU time,
 # 64×256 → 128×128: BERT-base-L2 B=1 S=128 38.0 → 32.3 ms, B=8 257 → 237,
 # S=384 111 → 101; MiniLM-L3 S=384 46.0 → 44.1, B=1 and B=8 at S=128
-# within noise. 128 columns also split N = 384/768 into equal blocks for 2 cores.
+# within noise. NC is then evened out over the cores (`balanced_block_n`).
 CPU_BLOCK = (128, 128)
+
+# The widest NC `balanced_block_n` weighs, in multiples of CPU_BLOCK's.
+MAX_BLOCK_N_FACTOR = 4
+# Worker iterations above which a launch is taken as even enough over the
+# cores (the busiest core's share over the mean is at most 1 + cores/this).
+MANY_WORKER_BLOCKS = 256
 
 
 def choose_cpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None) -> CpuMatmulTiles:
     """MC×NC = CPU_BLOCK (an A block that stays in L2 while B streams through in
     K×NR panels) unless `block` says otherwise, cut to the problem in whole
-    register tiles; the register tile is `cpu_register_tile`'s (8 × 32
+    register tiles, NC evened out over the cores (`balanced_block_n`); the
+    register tile is `cpu_register_tile`'s (8 × 32
     floats with AVX-512, 6 × 16 with AVX2), fewer rows when M is shorter. Whether A and B
     are packed into panels first is the lowering's choice
     (`matmul.with_packing`): it changes neither the tiles nor their cost here."""
@@ -84,8 +92,48 @@ def choose_cpu_matmul_tiles(problem: MatmulShape, hardware: Hardware, block=None
     mr = max(1, min(micro_rows, problem.m))
     mc, nc = block if block is not None else CPU_BLOCK
     mc = max(mr, min(mc, problem.m + mr - 1) // mr * mr)
+    if block is None:
+        nc = balanced_block_n(problem.batch_size, problem.m, problem.n, mc, mr, nr, hardware.sm_count)
     nc = max(nr, min(nc, problem.n + nr - 1) // nr * nr)
     return CpuMatmulTiles(mc, nc, mr, nr)
+
+
+@functools.lru_cache(maxsize=1024)
+def balanced_block_n(batch: int, m: int, n: int, mc: int, mr: int, nr: int, cores: int) -> int:
+    """NC, in whole NR panels: of CPU_BLOCK's NC and the other widths up to
+    MAX_BLOCK_N_FACTOR times it, the one whose busiest core does the least
+    work (`busiest_core_tiles`: the runtime hands each core one contiguous
+    run of the batch × row block × column block worker iterations), then
+    the one closest to CPU_BLOCK's, then the wider.
+
+    Only N is cut finer: every row block of MC rows reads all of B, which
+    comes from memory in a model, while a column block re-reads only the
+    MC×K block of A, which stays in L2 (a block's register tiles read it
+    once per panel whatever NC is). One sequence of 128 tokens against
+    N = 384 is 3 blocks of 128 columns, 2 on one core and 1 on the other;
+    4 of 96 split 2 and 2."""
+    default = CPU_BLOCK[1]
+    widest = min(MAX_BLOCK_N_FACTOR * default, ceil_div(n, nr) * nr)
+    candidates = range(nr, max(nr, widest) + 1, nr)
+    return min(candidates, key=lambda nc: (busiest_core_tiles(batch, m, n, mc, nc, mr, nr, cores), abs(nc - default), -nc))
+
+
+def busiest_core_tiles(batch: int, m: int, n: int, mc: int, nc: int, mr: int, nr: int, cores: int) -> float:
+    """The register tiles (MR×NR, a ragged one counted whole) of the core
+    with the most: the worker iterations (batch, row block, column block;
+    the column fastest, as the lowering delinearises them) in `cores`
+    contiguous runs whose lengths differ by at most one, as the runtime's
+    pool splits a launch. Past MANY_WORKER_BLOCKS iterations, the mean."""
+    row_tiles = [ceil_div(min(mc, m - start), mr) for start in range(0, m, mc)] or [0]
+    panels = [ceil_div(min(nc, n - start), nr) for start in range(0, n, nc)] or [0]
+    extent = batch * len(row_tiles) * len(panels)
+    if extent == 0:
+        return 0.0
+    if extent > MANY_WORKER_BLOCKS:
+        return batch * sum(row_tiles) * sum(panels) / cores
+    work = [row_tiles[p // len(panels) % len(row_tiles)] * panels[p % len(panels)] for p in range(extent)]
+    parts = max(1, min(cores, extent))
+    return float(max(sum(work[extent * k // parts:extent * (k + 1) // parts]) for k in range(parts)))
 
 
 def cpu_matmul_resources(tiles: CpuMatmulTiles) -> KernelResources:
