@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -156,6 +157,8 @@ def compiled_model(path: str, options: dict, build: Callable[[], tuple[object, d
         except OSError:
             return key, None
 
+    from fusecc.compiler.diagnostics import DiagnosticError
+
     # The key and the entry's digest check (hashlib lets go of the GIL) while this thread imports the CPU runtime.
     with ThreadPoolExecutor(1, thread_name_prefix="fusecc-lookup") as lookups:
         pending = lookups.submit(find)
@@ -179,8 +182,9 @@ def compiled_model(path: str, options: dict, build: Callable[[], tuple[object, d
             try:
                 program, meta = load_loops(loops, pool)
                 return program, meta, True
-            except (OSError, ValueError) as exc:  # (a DiagnosticError is a ValueError)
+            except (OSError, ValueError, DiagnosticError) as exc:  # an entry this fusecc cannot read: compile it again
                 cache.warn_once(f"a compiled program in the cache could not be loaded ({exc}); compiling it")
+                shutil.rmtree(loops, ignore_errors=True)  # kept again below
                 loops = None
     program, meta = build()
     if blob is None or (not blob and loops is None):  # not there (or its loop-level module is gone)

@@ -163,6 +163,27 @@ def test_a_dynamic_programs_lost_or_damaged_module_is_compiled_and_kept_again(tm
     np.testing.assert_allclose(program(x=np.ones((2, 64), np.float32))["y"], expected(x=np.ones((2, 64), np.float32)), rtol=1e-5, atol=1e-5)
 
 
+def test_a_dynamic_programs_module_that_does_not_parse_is_compiled_again(tmp_path, cache_dir, caplog):
+    """An entry with a valid digest whose module this fusecc cannot read
+    (written by hand here) is a warning and a compile, never an error."""
+    from fusecc.runtime import cache
+
+    path = write_model(tmp_path / "m.onnx", rows="N")
+    fusecc.compile(path, target="cpu")
+    program_cache.wait_for_stores()
+    [entry] = [p for p in (cache_dir / program_cache.LOOPS_KIND).iterdir() if p.name != ".lock"]
+    (entry / program_cache.LOOPS_MODULE).write_text("loop.kernel @broken {\n")
+    (entry / cache.DIGEST_FILE).write_text(cache.content_digest(entry))
+    with caplog.at_level("WARNING", logger="fusecc.cache"):
+        program = fusecc.compile(path, target="cpu")
+    assert program.stats.from_cache is False
+    assert "could not be loaded" in caplog.text
+    x = np.ones((3, 64), np.float32)
+    np.testing.assert_allclose(program(x=x)["y"], expected(x=x), rtol=1e-5, atol=1e-5)
+    program_cache.wait_for_stores()
+    assert fusecc.compile(path, target="cpu").stats.from_cache is True  # kept again
+
+
 def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path, cache_dir, caplog):
     path = write_model(tmp_path / "m.onnx")
     fusecc.compile(path, target="cpu")
