@@ -52,3 +52,27 @@ def test_matmul_bench_programs_compile_and_run_with_and_without_the_epilogue():
     for epilogue in (False, True):
         seconds, kernels = matmul_bench.fusecc_seconds(3, 17, 5, epilogue, threads=1, reps=1)
         assert len(seconds) == 1 and any("matmul" in k for k in kernels)
+
+
+def test_summary_of_trees_compares_each_tree_with_the_first_per_round():
+    times = {"fusecc[old]": [2.0, 4.0, 3.0], "fusecc[new]": [1.0, 4.0, 1.5], "ort-spinoff": [1.0, 1.0, 1.0], "ort-spinon": [2.0, 2.0, 2.0]}
+    row = model_bench.summarise(times, None, ["old", "new"])
+    assert row["ratios"]["ort"] == {"median": 3.0, "min": 2.0, "max": 4.0}  # the first tree is the table's fusecc
+    assert row["trees"]["new"] == {"median": 0.5, "min": 0.5, "max": 1.0} and row["trees"]["old"]["median"] == 1.0
+    text = model_bench.tree_table([{**row, "model": "m", "batch": 1, "seq": 8, "threads": 2}])
+    assert "| m | 1 | 8 | 2 | new | 1500.0 | 0.50× (0.50–1.00) | — |" in text
+
+
+def test_trees_run_in_child_processes_and_agree(tmp_path, capsys):
+    """--trees: fusecc built from a tree (here this one) in child processes,
+    one per label, checked against onnxruntime like the others."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[3]
+    lib = tmp_path / "lib"
+    subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py", "--build-lib", str(lib)],
+                   cwd=root, check=True, capture_output=True)
+    argv = ["--dry-run", "--models", "minilm-l3", "--threads", "2", "--trees", f"a={lib},b={lib}", "--json", str(tmp_path / "b.json")]
+    assert model_bench.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "fusecc[a]" in text and "fusecc[b]" in text and "dry run: 1 models built" in text
