@@ -16,6 +16,7 @@ from fusecc.compiler import attributes as A
 from fusecc.compiler.ir import Block, Operation, Region, VerifyError
 from fusecc.compiler.op_definitions import (
     ANY,
+    INT,
     REQUIRED,
     STRING,
     STRING_ARRAY,
@@ -293,7 +294,10 @@ class LaunchOp(Operation):
     name = "loop.launch"
     custom_symbol = "kernel"
     operand_defs = (OperandDef("args", variadic=True),)
-    attr_defs = (AttrDef("kernel", SYMBOL, REQUIRED),)
+    attr_defs = (
+        AttrDef("kernel", SYMBOL, REQUIRED),
+        AttrDef("group", INT, None, doc="the fusion group this launch computes, where its kernel was lowered for another, identical one (a model's repeated layers)"),
+    )
 
     @property
     def kernel_name(self) -> str:

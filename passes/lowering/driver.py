@@ -249,7 +249,10 @@ class FunctionLowering:
                     if estimate in group.attributes and estimate not in kernel.attributes:
                         kernel.attributes[estimate] = group.attributes[estimate]
                 self.kernels.append(kernel)
-            self.b.create(loop.LaunchOp, args, {"kernel": A.SymbolRefAttr(kernel.sym_name)})
+            attributes = {"kernel": A.SymbolRefAttr(kernel.sym_name)}
+            if group.attr("id") not in (None, kernel.attr("group")):  # a kernel lowered for an identical group: say which this launch computes
+                attributes["group"] = group.attributes["id"]
+            self.b.create(loop.LaunchOp, args, attributes)
 
     def arg(self, group: GroupOp, ref: ArgRef, scratch: list[Value]) -> Value:
         if ref.source == "input":

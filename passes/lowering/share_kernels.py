@@ -68,8 +68,12 @@ def share_identical_kernels(module: Operation) -> dict[str, str]:
             replaced[kernel.sym_name] = kept
     if not replaced:
         return replaced
+    groups = {op.sym_name: op.attributes.get("group") for op in module.body if isinstance(op, loop.KernelOp)}
     for op in module.walk():
         if isinstance(op, loop.LaunchOp) and op.kernel_name in replaced:
+            group = groups[op.kernel_name]
+            if "group" not in op.attributes and group is not None and group != groups[replaced[op.kernel_name]]:  # the group it computes stays said
+                op.attributes["group"] = group
             op.attributes["kernel"] = A.SymbolRefAttr(replaced[op.kernel_name])
     for kernel in [op for op in module.body if isinstance(op, loop.KernelOp) and op.sym_name in replaced]:
         kernel.erase()
