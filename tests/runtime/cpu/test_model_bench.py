@@ -76,3 +76,15 @@ def test_trees_run_in_child_processes_and_agree(tmp_path, capsys):
     assert model_bench.main(argv) == 0
     text = capsys.readouterr().out
     assert "fusecc[a]" in text and "fusecc[b]" in text and "dry run: 1 models built" in text
+
+
+def test_thread_split_finds_the_split_launches_and_their_critical_path():
+    """benchmarks/thread_split.py: at 2 threads MiniLM-L3's matmuls and
+    attention are split (the critical path counts their busiest pieces);
+    at 1 thread nothing is split and the critical path is the caller's CPU time."""
+    import thread_split
+
+    two = thread_split.measure("minilm-l3", "1x128", 2, 2)
+    one = thread_split.measure("minilm-l3", "1x128", 1, 2)
+    assert two["split launches"] >= 15 and one["split launches"] == 0
+    assert one["critical CPU"] == one["caller CPU"] > 0 and two["critical CPU"] > 0
