@@ -11,9 +11,11 @@ pack kernel 11943 GFLOP/s on one core (issue 11.4). Here:
   are counted as executed (a 17x3 @ 3x129 matmul runs 32x144 tiles);
 * `credited_flops(steps, group_flops)` credits each group's useful FLOPs
   (the cost model's: 2*M*N*K for a matmul, whatever the padding) to its
-  kernels in proportion to what each executes, so a pack kernel, which
-  executes none, gets none, and a group with one computing kernel credits
-  it all of them.
+  launches in proportion to what each executes, so a pack kernel, which
+  executes none, gets none, a group with one computing launch credits it
+  all of them, and a kernel launched once per piece of a horizontal group
+  gets one piece's per launch (crediting by kernel name gave each of the
+  three Q/K/V launches all three matmuls: 450-500 GFLOP/s on one core).
 
 Loop bounds are index arithmetic over constants, the induction variables
 of enclosing loops and, for a kernel with `?` dims, the sizes of one
@@ -201,15 +203,16 @@ def kernel_work(kernel: loop.KernelOp, arg_types=None) -> Work:
 
 
 def credited_flops(steps, group_flops: dict) -> list[float]:
-    """Per step (objects with .name, .group and .executed_flops), its share
-    of its group's `group_flops` (see the module doc); a step of no known
-    group (a copy) gets 0."""
+    """Per step (objects with .group and .executed_flops), its share of its
+    group's `group_flops` (see the module doc); a step of no known group (a
+    copy) gets 0. Shares are per launch: a kernel launched once per piece of
+    a horizontal group (q, k and v) is credited one piece per launch."""
     executed: dict = {}
     for step in steps:
-        executed.setdefault(step.group, {})[step.name] = step.executed_flops
+        executed[step.group] = executed.get(step.group, 0.0) + step.executed_flops
     credited = []
     for step in steps:
-        total = sum(executed.get(step.group, {}).values())
+        total = executed.get(step.group, 0.0)
         useful = group_flops.get(step.group)
         if useful is None or step.group is None or not total:
             credited.append(0.0)

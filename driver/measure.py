@@ -23,8 +23,9 @@ What each figure is:
   per step the median of the runtime's per-launch profile;
 * achieved GB/s: bytes moved / step time;
 * achieved GFLOP/s: the group's FLOPs (the cost model's) credited to the
-  kernels that execute them (`driver/kernel_work.py`), / step time; pack
-  kernels and copies compute nothing and show no rate.
+  launches that execute them (`measured_variants.credit_flops`: one piece's
+  per launch of a horizontal group), / step time; pack kernels and copies
+  compute nothing and show no rate.
 
 The modelled figures beside them are `driver/reporting.py`'s, from the cost
 model of the same target, on the very groups that were compiled.
@@ -52,7 +53,6 @@ import numpy as np
 from fusecc.compiler.diagnostics import DiagnosticEngine
 from fusecc.compiler.ir import Operation
 from fusecc.driver import reporting
-from fusecc.driver.kernel_work import credited_flops
 from fusecc.driver.measured_call import PROGRAM_RTOL, compare, describe_call_dims, input_dims, model_inputs
 from fusecc.driver.measured_variants import Variant, compile_variant
 from fusecc.driver.measurers import MeasurementUnavailable, measurer_for
@@ -118,9 +118,9 @@ def variant_data(variant: Variant, error: float) -> dict:
     medians = [statistics.median(s.seconds) if s.seconds else 0.0 for s in variant.steps]
     in_steps = sum(medians)
     groups = {g["id"]: g for g in variant.model["groups"]}
-    credited = credited_flops(variant.steps, {gid: g["flops"] for gid, g in groups.items()})
     kernels, modelled = [], set()
-    for step, seconds, flops in zip(variant.steps, medians, credited, strict=True):
+    for step, seconds in zip(variant.steps, medians, strict=True):
+        flops = step.flops  # what this launch computes (measured_variants.credit_flops)
         group = groups.get(step.group)
         first_of_group = group is not None and step.group not in modelled
         modelled.add(step.group)
@@ -134,7 +134,7 @@ def variant_data(variant: Variant, error: float) -> dict:
                 "bytes_read": step.bytes_read,
                 "bytes_written": step.bytes_written,
                 "gb_per_second": step.bytes_moved / seconds / 1e9 if seconds else 0.0,
-                # the group's FLOPs credited to the kernels that execute them (driver/kernel_work.py):
+                # the group's FLOPs credited to the launches that execute them (measured_variants.credit_flops):
                 # a pack kernel or a copy has none
                 "flops": flops,
                 "executed_flops": step.executed_flops,

@@ -1,6 +1,14 @@
 """A tensor program compiled for measuring, fused or one kernel per op (a
 `Variant`), and the steps of its schedule (`Step`: each launch or copy with
-the bytes it loads and stores, from the loop IR, and the FLOPs it executes)."""
+the bytes it loads and stores, from the loop IR, the FLOPs it executes and
+the useful FLOPs credited to it).
+
+What one launch computes is said here, once, for `report --measure` and
+`fusecc profile`: the fusion group it computes (`launch_group`: identical
+groups, an encoder's layers, launch one kernel) and its share of that
+group's FLOPs (`credit_flops`, by `kernel_work.credited_flops`): a kernel
+launched once per piece of a horizontal group (merged Q/K/V) is credited
+one piece per launch. Its bytes are those of the buffers it is passed."""
 
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ from fusecc.compiler.pass_manager import PassContext, run_pipeline
 from fusecc.compiler.types import MemRefType
 from fusecc.dialects import loop
 from fusecc.driver import reporting
-from fusecc.driver.kernel_work import kernel_work
+from fusecc.driver.kernel_work import credited_flops, kernel_work
 from fusecc.driver.measured_call import hinted_types, input_dims
 from fusecc.driver.measurers import MeasurementUnavailable, Measurer, Runnable
 from fusecc.passes.fusion.fuse import PHASES
@@ -34,6 +42,7 @@ class Step:
     bytes_read: int
     bytes_written: int
     executed_flops: float = 0.0  # what one launch executes (kernel_work, from its loop IR; 0 for packs and copies)
+    flops: float = 0.0  # its group's useful FLOPs credited to this launch (`credit_flops`; 0 for packs and copies)
     seconds: list[float] = field(default_factory=list)  # one per timed run
 
     @property
@@ -128,10 +137,28 @@ def schedule_steps(schedule: loop.ScheduleOp, skip=(), dims: dict[str, int] | No
                 work[key] = kernel_work(kernel, arg_types if dims else None).flops
             read, written = accesses[op.kernel_name]
             size = [byte_size.get(v, 0) for v in op.operands]
-            steps.append(Step(op.kernel_name, kernel.attr("kind") or "?", kernel.attr("group"), sum(size[i] for i in read), sum(size[i] for i in written), work[key]))
+            group = launch_group(op, kernel)
+            steps.append(Step(op.kernel_name, kernel.attr("kind") or "?", group, sum(size[i] for i in read), sum(size[i] for i in written), work[key]))
         elif isinstance(op, loop.CopyOp):
             size = byte_size[op.source]
             steps.append(Step("copy", "copy", None, size, size))
+    return steps
+
+
+def launch_group(launch: loop.LaunchOp, kernel: loop.KernelOp) -> int | None:
+    """The fusion group a launch computes: its own `group` where its kernel
+    was lowered for another, identical group (layer 2 runs layer 1's
+    kernels), else its kernel's."""
+    own = launch.attr("group")
+    return own if own is not None else kernel.attr("group")
+
+
+def credit_flops(steps: list[Step], model: dict) -> list[Step]:
+    """Each step's `flops`: its share of its group's useful FLOPs (the cost
+    model's, in `model`, `reporting.report_data`'s) by what it executes."""
+    group_flops = {g["id"]: g["flops"] for g in model["groups"]}
+    for step, flops in zip(steps, credited_flops(steps, group_flops), strict=True):
+        step.flops = flops
     return steps
 
 
@@ -174,7 +201,7 @@ def compile_variant(program: Operation, entry: str, measurer: Measurer, fused: b
         model,
         module,
         program,
-        schedule_steps(schedule, at_load, dims),
+        credit_flops(schedule_steps(schedule, at_load, dims), model),
         arena,
         naive or arena,
         schedule.attr("plan.in_place") or 0,
@@ -183,4 +210,4 @@ def compile_variant(program: Operation, entry: str, measurer: Measurer, fused: b
     )
 
 
-__all__ = ["Step", "Variant", "accessed_arguments", "buffer_bytes", "buffer_types", "compile_variant", "is_dynamic_schedule", "schedule_steps"]
+__all__ = ["Step", "Variant", "accessed_arguments", "buffer_bytes", "buffer_types", "compile_variant", "credit_flops", "is_dynamic_schedule", "launch_group", "schedule_steps"]

@@ -11,8 +11,9 @@ too short to time is repeated until it is not), up to `MAX_ROUNDS`; each
 figure is the median over rounds.
 
 Per kernel: time; bytes it moves (compulsory traffic of the buffers it
-loads and stores) and the FLOPs of its group credited to it (`kernel_work`:
-none for a pack kernel), hence achieved
+loads and stores) and the FLOPs of its group credited to it
+(`measured_variants.credit_flops`: one piece's per launch of a horizontal
+group, none for a pack kernel), hence achieved
 GB/s and GFLOP/s; the share of the roofline of the hardware description
 (`passes/backends/hardware.py`) that it reaches: max(GB/s / bandwidth,
 GFLOP/s / peak), the tighter of the two roofs for its arithmetic
@@ -41,7 +42,6 @@ from fusecc.compiler.progress import progress
 from fusecc.compiler.ir import Operation
 from fusecc.dialects import loop
 from fusecc.driver import measure, measured_call, measured_variants
-from fusecc.driver.kernel_work import credited_flops
 from fusecc.passes.backends.hardware import Hardware, hardware
 from fusecc.passes.fusion import cost_model as cm
 from fusecc.passes.memory.plan import kernels_by_name
@@ -101,9 +101,9 @@ def run_profile(module: Operation, entry: str, measurer, inputs: Sequence[np.nda
 def kernel_rows(run: ProfileRun) -> list[dict]:
     hw = run.hardware
     groups = {g["id"]: g for g in run.variant.model["groups"]}
-    credited = credited_flops(run.variant.steps, {gid: g["flops"] for gid, g in groups.items()})
     rows = []
-    for index, (step, flops) in enumerate(zip(run.variant.steps, credited, strict=True)):
+    for index, step in enumerate(run.variant.steps):
+        flops = step.flops  # what this launch computes (measured_variants.credit_flops)
         seconds = statistics.median(step.seconds) if step.seconds else 0.0
         group = groups.get(step.group, {})
         gbps = step.bytes_moved / seconds / 1e9 if seconds else 0.0
