@@ -25,7 +25,8 @@ over keys and over the head dimension:
       loop.for k0 in 0..kv_end step BT
         pack k_tile, v_tile
         loop.for r in rows
-          scores = q_tile[r] · k_tile (loop.for d, vector over keys), scale, mask
+          scores = q_tile[r] · k_tile (register tiles of RR rows × up to
+            4 vectors of keys around loop.for d), scale, mask
           online softmax update of m[r], l[r], o[r] (vector over Dv)
       epilogue(o / l) -> store
 """
@@ -111,6 +112,21 @@ def dynamic_attention_tiles(group: GroupOp, hardware: Hardware) -> AttentionTile
 # --------------------------------------------------------------------------- the template
 
 
+def score_tile_width(bt: int, rr: int, hardware: Hardware) -> int:
+    """Keys per q·k register tile of the CPU template: 4, 2 or 1 vectors
+    (`hardware.warp_size` lanes each) dividing the key tile, the most whose
+    RR × vectors accumulators fill at most half of the vector registers (the
+    rest hold the k vectors and q broadcasts); the whole tile when it is not
+    a whole number of vectors. 4 rows × 4 vectors on AVX-512 (16 of 32 zmm),
+    4 × 2 on AVX2 (8 of 16 ymm). The widening emits 1, 2 or 4 vectors' worth
+    as one chunk (docs/cpu-target.md, "Vector loops")."""
+    lanes = hardware.warp_size
+    if bt % lanes:
+        return bt
+    vectors = next(v for v in (4, 2, 1) if bt % (v * lanes) == 0 and (rr * v <= hardware.vector_registers // 2 or v == 1))
+    return vectors * lanes
+
+
 @template("attention")
 def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     problem = AttentionProblem.of(group)
@@ -139,6 +155,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     # dependent scalar ops (about 4 cycles each), slower than the tile's
     # q·k and p·V together.
     lanes = next(x for x in (hardware.warp_size, 8, 4, 2, 1) if bt % x == 0)
+    width = score_tile_width(bt, rr, hardware)
 
     def worker(p: Value) -> None:
         bidx = problem.batch_index(im.div(p, q_blocks), im)
@@ -213,7 +230,17 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                 for i in range(rr):
                     w.store(scores.finish(dots[i], q[i], key, q_ok[i], key_ok), p_tile, [i, j])
 
-            w.parallel([bt], ["vector"], score_column, ["j"])
+            # A register tile of RR rows × `width` keys, `width` a whole
+            # number of vectors: the q·k FMAs of one vector of keys form RR
+            # dependent chains, too few to cover the FMA latency alone.
+            if width == bt:
+                w.parallel([bt], ["vector"], score_column, ["j"])
+            else:
+
+                def key_chunk(c: Value) -> None:
+                    w.parallel([width], ["vector"], lambda l: score_column(im.add(im.mul(c, im.const(width)), l)), ["j"])
+
+                w.for_(0, bt // width, 1, key_chunk, name="kc")
             bases, alphas = [], []
             tile_maxima = row_reductions(s.max, scores.minus_inf, lambda i, j: w.load(p_tile, [im.const(i), j]))
             for i in range(rr):
