@@ -208,29 +208,49 @@ def attention_blocks(problem: AttentionShape, tiles: AttentionTiles) -> int:
 
 
 def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None) -> AttentionTiles:
-    """Up to 128 query rows per worker iteration (at least 32) × 128 keys
-    (8 vectors; 4 on hosts of narrower vectors), fewer keys for a short
-    sequence; rows halved while there are fewer than 4 iterations per core,
-    then rows, then keys, halved while the worker's tiles outgrow its cache
-    (`cpu_attention_resources`). `block` forces both.
+    """Query rows per worker iteration × 128 keys (8 vectors; 4 on hosts of
+    narrower vectors), fewer keys for a short sequence. Rows: without a
+    causal mask, all of a head's queries up to CPU_ATTENTION_ROWS (more
+    queries: the fewest tiles of at most that, even, a multiple of 4); with
+    one, up to 128 (a power of two, at least 32) so that tiles below the
+    diagonal skip keys. Then rows halved while there are fewer than 4
+    iterations per core, then rows, then keys, halved while the worker's
+    tiles outgrow its cache (`cpu_attention_resources`). `block` forces both.
 
-    Each worker iteration packs every key tile it visits (kᵀ is a strided
-    scatter), so more rows per iteration pack less per score: MiniLM's
-    attention (D = 32, 1 thread, thread CPU time) took 1.6-1.75 ms at
-    32×64, 1.3-1.5 at 64×128 and 1.26-1.37 at 128×128 for S = 128, and
-    11.6-12.0 / 9.6-9.9 / 8.7-9.2 ms for S = 384; 64×256 was slower."""
+    Each worker iteration packs kᵀ (a strided scatter) for every key tile it
+    visits, so taller iterations pack less per score: MiniLM's attention
+    (D = 32, 1 thread, thread CPU time) took 1.6-1.75 ms at 32×64, 1.3-1.5
+    at 64×128 and 1.26-1.37 at 128×128 for S = 128, and 11.6-12.0 / 9.6-9.9
+    / 8.7-9.2 ms for S = 384; 64×256 was slower. A head's rows in one
+    iteration (kᵀ packed once per head; paired runs, 1 thread, thread CPU
+    time): 12 heads × 384 × 32 0.92-0.94× the time of 128-row iterations,
+    × 384 × 64 0.87-0.90×, × 129 × 64 (one 132-row tile, not 128 + 1)
+    0.83×, × 512 × 64 0.89× (256 rows: 0.96×)."""
     if block is not None:
         return AttentionTiles(*block)
     keys = 8 * hardware.warp_size if hardware.warp_size >= 16 else 4 * hardware.warp_size  # AVX2: not re-tuned
-    bq, bt = min(128, max(32, next_pow2(problem.s))), min(keys, next_pow2(problem.t))
+    bt = min(keys, next_pow2(problem.t))
+    if problem.causal:
+        bq = min(128, max(32, next_pow2(problem.s)))
+    else:
+        bq = max(32, round_up(ceil_div(problem.s, ceil_div(problem.s, CPU_ATTENTION_ROWS)), 4))
     while bq > 32 and problem.batch_size * ceil_div(problem.s, bq) < 4 * hardware.sm_count:
-        bq //= 2
+        bq = max(32, round_up(bq // 2, 4))
     while cpu_attention_resources(AttentionTiles(bq, bt), problem).shared_bytes > hardware.shared_memory_per_block and bt > hardware.warp_size:
         if bq > 4:
-            bq //= 2
+            bq = max(4, round_up(bq // 2, 4))
         else:
             bt //= 2
     return AttentionTiles(bq, bt)
+
+
+# Query rows per CPU worker iteration without a causal mask (measured: see
+# `choose_cpu_attention_tiles`).
+CPU_ATTENTION_ROWS = 512
+
+
+def round_up(n: int, multiple: int) -> int:
+    return ceil_div(n, multiple) * multiple
 
 
 def choose_attention_tiles(problem: AttentionShape, hardware: Hardware, block=None, threads: int | None = None, splits: int | None = None) -> AttentionTiles:

@@ -28,8 +28,8 @@ from fusecc.runtime.loop_interpreter import run_schedule  # noqa: E402
 from fusecc.runtime.reference import evaluate  # noqa: E402
 
 # (heads, S, T, D): every size on the S and T axes; the last two with
-# enough heads for 128-row query tiles (a ragged last one of S = 129) and
-# 128-key tiles (a ragged last one of T = 129).
+# enough heads for whole-sequence query tiles (132 rows for S = 129, 3 past
+# the end; 384) and 128-key tiles (a ragged last one of T = 129).
 SHAPES = [(2, 1, 384, 32), (3, 3, 17, 8), (2, 17, 129, 32), (1, 129, 3, 8), (2, 384, 1, 32), (1, 129, 384, 16), (8, 129, 384, 32), (8, 384, 129, 16)]
 
 
@@ -97,11 +97,16 @@ def test_large_tiles_are_what_the_ragged_shapes_above_exercise():
     from fusecc.passes.lowering.attention import AttentionProblem
     from fusecc.dialects import tensor as T
 
-    for (h, s, t, d), want in {(8, 129, 384, 32): (128, 128), (8, 384, 129, 16): (128, 128), (1, 129, 384, 16): (32, 128), (2, 17, 129, 32): (32, 128)}.items():
-        module = parse_module(program_text(h, s, t, d, (s, t)))
+    # Without a causal mask a head's queries are one tile (rounded up to 4
+    # rows: S = 129 leaves 3 rows past the end), unless that leaves fewer
+    # than 4 iterations per core; causal tiles stay at most 128 rows.
+    cases = {(8, 129, 384, 32, False): (132, 128), (8, 384, 129, 16, False): (384, 128), (1, 129, 384, 16, False): (32, 128), (2, 17, 129, 32, False): (32, 128),
+             (2, 384, 1, 32, False): (96, 1), (12, 1000, 1000, 64, False): (500, 128), (8, 384, 129, 80, True): (128, 128), (8, 128, 128, 64, True): (128, 128)}
+    for (h, s, t, d, causal), want in cases.items():
+        module = parse_module(program_text(h, s, t, d, (s, t), causal))
         op = next(o for o in module.walk() if isinstance(o, T.AttentionOp))
         tiles = choose_cpu_attention_tiles(AttentionProblem.of_op(op), CPU)
-        assert (tiles.block_q, tiles.block_t) == want, (h, s, t, d)
+        assert (tiles.block_q, tiles.block_t) == want, (h, s, t, d, causal)
 
 
 @pytest.mark.parametrize("h, s, t, d", [(2, 17, 129, 8), (8, 129, 384, 16)])
