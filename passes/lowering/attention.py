@@ -112,13 +112,26 @@ def dynamic_attention_tiles(group: GroupOp, hardware: Hardware) -> AttentionTile
 # --------------------------------------------------------------------------- the template
 
 
+def query_rows_per_group(bq: int, dv: int, hardware: Hardware) -> int:
+    """RR, the query rows of the CPU template's register tiles: 8 where the
+    p·V accumulators, 8 rows × ⌈Dv / lanes⌉ vectors, fill at most half of
+    the vector registers (Dv <= 32 on AVX-512: 16 zmm), else 4, 2 or 1,
+    whichever divides BQ. With Dv = 32 the 4-row tiles had 8 accumulators,
+    too few for the FMA latency; 8 rows measured 0.92× the time for MiniLM
+    (12 heads × 128 × 32, paired runs, 1 thread); with Dv = 64 they would
+    need 32 registers (1.06×)."""
+    if bq % 8 == 0 and 8 * ceil_div(dv, hardware.warp_size) <= hardware.vector_registers // 2:
+        return 8
+    return next(x for x in (4, 2, 1) if bq % x == 0)
+
+
 def score_tile_width(bt: int, rr: int, hardware: Hardware) -> int:
     """Keys per q·k register tile of the CPU template: 4, 2 or 1 vectors
     (`hardware.warp_size` lanes each) dividing the key tile, the most whose
     RR × vectors accumulators fill at most half of the vector registers (the
     rest hold the k vectors and q broadcasts); the whole tile when it is not
     a whole number of vectors. 4 rows × 4 vectors on AVX-512 (16 of 32 zmm),
-    4 × 2 on AVX2 (8 of 16 ymm). The widening emits 1, 2 or 4 vectors' worth
+    8 × 2, 4 × 2 on AVX2 (8 of 16 ymm). The widening emits 1, 2 or 4 vectors' worth
     as one chunk (docs/cpu-target.md, "Vector loops")."""
     lanes = hardware.warp_size
     if bt % lanes:
@@ -146,7 +159,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
     epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
     im, s = w.im, w.s
     bq, bt = tiles.block_q, tiles.block_t
-    rr = next(x for x in (4, 2, 1) if bq % x == 0)  # rows sharing each k and v load
+    rr = query_rows_per_group(bq, problem.dv, hardware)  # rows sharing each k and v load
     S, Tk, D, Dv = problem.s, problem.t, problem.d, problem.dv
     q_blocks = ceil_div(S, bq)
     # A row's max and sum over a key tile run as `lanes` partial results

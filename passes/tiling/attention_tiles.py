@@ -211,9 +211,9 @@ def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     """Query rows per worker iteration × 128 keys (8 vectors; 4 on hosts of
     narrower vectors), fewer keys for a short sequence. Rows: without a
     causal mask, all of a head's queries up to CPU_ATTENTION_ROWS (more
-    queries: the fewest tiles of at most that, even, a multiple of 4); with
-    one, up to 128 (a power of two, at least 32) so that tiles below the
-    diagonal skip keys. Then rows halved while there are fewer than 4
+    queries: the fewest tiles of at most that, even, a multiple of 8 for
+    the template's 8-row register tiles); with one, up to 128 (a power of
+    two, at least 32) so that tiles below the diagonal skip keys. Then rows halved while there are fewer than 4
     iterations per core, then rows, then keys, halved while the worker's
     tiles outgrow its cache (`cpu_attention_resources`). `block` forces both.
 
@@ -224,7 +224,7 @@ def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     / 8.7-9.2 ms for S = 384; 64×256 was slower. A head's rows in one
     iteration (kᵀ packed once per head; paired runs, 1 thread, thread CPU
     time): 12 heads × 384 × 32 0.92-0.94× the time of 128-row iterations,
-    × 384 × 64 0.87-0.90×, × 129 × 64 (one 132-row tile, not 128 + 1)
+    × 384 × 64 0.87-0.90×, × 129 × 64 (one tile of 132 rows, not 128 + 1)
     0.83×, × 512 × 64 0.89× (256 rows: 0.96×)."""
     if block is not None:
         return AttentionTiles(*block)
@@ -233,9 +233,9 @@ def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     if problem.causal:
         bq = min(128, max(32, next_pow2(problem.s)))
     else:
-        bq = max(32, round_up(ceil_div(problem.s, ceil_div(problem.s, CPU_ATTENTION_ROWS)), 4))
+        bq = max(32, round_up(ceil_div(problem.s, ceil_div(problem.s, CPU_ATTENTION_ROWS)), 8))
     while bq > 32 and problem.batch_size * ceil_div(problem.s, bq) < 4 * hardware.sm_count:
-        bq = max(32, round_up(bq // 2, 4))
+        bq = max(32, round_up(bq // 2, 8))
     while cpu_attention_resources(AttentionTiles(bq, bt), problem).shared_bytes > hardware.shared_memory_per_block and bt > hardware.warp_size:
         if bq > 4:
             bq = max(4, round_up(bq // 2, 4))

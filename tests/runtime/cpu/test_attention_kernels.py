@@ -28,7 +28,7 @@ from fusecc.runtime.loop_interpreter import run_schedule  # noqa: E402
 from fusecc.runtime.reference import evaluate  # noqa: E402
 
 # (heads, S, T, D): every size on the S and T axes; the last two with
-# enough heads for whole-sequence query tiles (132 rows for S = 129, 3 past
+# enough heads for whole-sequence query tiles (136 rows for S = 129, 7 past
 # the end; 384) and 128-key tiles (a ragged last one of T = 129).
 SHAPES = [(2, 1, 384, 32), (3, 3, 17, 8), (2, 17, 129, 32), (1, 129, 3, 8), (2, 384, 1, 32), (1, 129, 384, 16), (8, 129, 384, 32), (8, 384, 129, 16)]
 
@@ -97,11 +97,11 @@ def test_large_tiles_are_what_the_ragged_shapes_above_exercise():
     from fusecc.passes.lowering.attention import AttentionProblem
     from fusecc.dialects import tensor as T
 
-    # Without a causal mask a head's queries are one tile (rounded up to 4
-    # rows: S = 129 leaves 3 rows past the end), unless that leaves fewer
+    # Without a causal mask a head's queries are one tile (rounded up to 8
+    # rows: S = 129 leaves 7 rows past the end), unless that leaves fewer
     # than 4 iterations per core; causal tiles stay at most 128 rows.
-    cases = {(8, 129, 384, 32, False): (132, 128), (8, 384, 129, 16, False): (384, 128), (1, 129, 384, 16, False): (32, 128), (2, 17, 129, 32, False): (32, 128),
-             (2, 384, 1, 32, False): (96, 1), (12, 1000, 1000, 64, False): (500, 128), (8, 384, 129, 80, True): (128, 128), (8, 128, 128, 64, True): (128, 128)}
+    cases = {(8, 129, 384, 32, False): (136, 128), (8, 384, 129, 16, False): (384, 128), (1, 129, 384, 16, False): (32, 128), (2, 17, 129, 32, False): (32, 128),
+             (2, 384, 1, 32, False): (96, 1), (12, 1000, 1000, 64, False): (504, 128), (8, 384, 129, 80, True): (128, 128), (8, 128, 128, 64, True): (128, 128)}
     for (h, s, t, d, causal), want in cases.items():
         module = parse_module(program_text(h, s, t, d, (s, t), causal))
         op = next(o for o in module.walk() if isinstance(o, T.AttentionOp))
@@ -193,7 +193,13 @@ def test_head_dims_and_causal_with_salted_inputs(h, s, t, d, causal):
 
 def test_score_tiles_are_whole_vectors_that_fit_half_the_registers():
     from fusecc.passes.backends.hardware import CPU, CPU_AVX2
-    from fusecc.passes.lowering.attention import score_tile_width
+    from fusecc.passes.lowering.attention import query_rows_per_group, score_tile_width
+
+    # 8 rows where 8 × Dv's vectors of p·V accumulators fit 16 zmm (Dv <= 32), else 4
+    assert [query_rows_per_group(128, dv, CPU) for dv in (8, 16, 32, 33, 64, 80)] == [8, 8, 8, 4, 4, 4]
+    assert [query_rows_per_group(bq, 32, CPU) for bq in (136, 132, 6, 5)] == [8, 4, 2, 1]
+    assert [query_rows_per_group(128, dv, CPU_AVX2) for dv in (8, 16, 32)] == [8, 4, 4]
+    assert [score_tile_width(128, 8, hw) for hw in (CPU, CPU_AVX2)] == [32, 8]
 
     # 4 rows × 4 zmm (16 of 32) on AVX-512, 4 rows × 2 ymm (8 of 16) on AVX2
     assert [score_tile_width(bt, 4, CPU) for bt in (128, 64, 32, 16, 48, 8, 24)] == [64, 64, 32, 16, 16, 8, 24]
@@ -203,10 +209,11 @@ def test_score_tiles_are_whole_vectors_that_fit_half_the_registers():
 
 def test_a_128_key_tile_takes_two_register_tiles_of_64_keys():
     """The emitted q·k: a loop over two 64-key chunks around a 64-wide vector
-    loop (one widened chunk: 4 rows × 4 vectors of accumulators)."""
+    loop (one widened chunk: 4 rows × 4 vectors of accumulators; D = 64:
+    8-row tiles only where Dv <= 32)."""
     from fusecc.dialects import loop
 
-    module, _ = compiled(program_text(8, 128, 128, 32, (128, 128)))
+    module, _ = compiled(program_text(8, 128, 128, 64, (128, 128)))
     chunks = [op for op in module.walk() if isinstance(op, loop.ForOp) and any(isinstance(inner, loop.ParallelOp) and list(inner.attributes["upper"].value) == [64] for inner in op.walk() if inner is not op)]
     assert chunks, "no loop over 64-key chunks"
 
