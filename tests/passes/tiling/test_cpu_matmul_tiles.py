@@ -118,18 +118,27 @@ def salted(rng, shape, fraction: float = 0.01) -> np.ndarray:
     return a
 
 
+@pytest.mark.parametrize("isa", ["host", "avx2"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("m, k, n", SALTED_SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in SALTED_SHAPES])
-def test_balanced_blocks_match_the_reference(m, k, n, threads):
-    """The matmul + bias kernel with this host's balanced blocks (its worker
-    range is the chooser's block count) against the reference, on ragged
+def test_balanced_blocks_match_the_reference(m, k, n, threads, isa, monkeypatch):
+    """The matmul + bias kernel with the balanced blocks of this host, and of
+    an AVX2 host ($FUSECC_CPU_FEATURES: 16-float panels, other widths), its
+    worker range the chooser's block count, against the reference on ragged
     shapes and inputs salted with NaN, ±inf and -0.0, on 1 and 2 threads."""
     pytest.importorskip("llvmlite")
     from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline
     from fusecc.driver.pipelines import pipeline_for_level
-    from fusecc.passes.backends.hardware import host_cpu
+    from fusecc.passes.backends.hardware import CPU_FEATURES_ENV, host_cpu
+    from fusecc.runtime.cpu import jit
     from fusecc.runtime.cpu.executor import CompiledProgram, WorkerPool
     from fusecc.runtime.reference import evaluate
+
+    if isa == "avx2":
+        if not {"avx2", "fma"} <= jit.host_isa():
+            pytest.skip("the host has no AVX2 + FMA")
+        monkeypatch.setenv(CPU_FEATURES_ENV, "+avx2,+fma,-avx512f")
+        assert host_cpu() is CPU_AVX2
 
     x, w, b, y = f"tensor<{m}x{k}xf32>", f"tensor<{k}x{n}xf32>", f"tensor<{n}xf32>", f"tensor<{m}x{n}xf32>"
     text = (f"func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{\n  %p = tensor.matmul %x, %w : ({x}, {w}) -> {y}\n"
