@@ -5,10 +5,12 @@ The kernel's row max and row sum over a key tile run as per-lane partial
 results, its q·k and p·V accumulate with `math.fma`, and masked keys
 (additive masks of -10000 or -inf) make `exp` underflow, which the AVX-512
 expansion selects to 0 instead of scaling into the subnormal range. Each on
-ragged shapes (S, T ∈ {1, 3, 17, 129, 384}, against 32-row query tiles and
-64-key tiles), with masks and inputs salted with NaN, ±inf and -0.0, and
-small cases against the loop interpreter within the CPU's tolerance policy
-(cpu_tolerance.py: exp is an expansion within a few ulp).
+ragged shapes (S, T ∈ {1, 3, 17, 129, 384} at the chooser's tiles: 32 to
+384 query rows, up to 128 keys; head dims 8 to 80; 4- and 8-row register
+tiles of up to 4 vectors of keys; causal and not; AVX-512 and AVX2), with
+masks and inputs salted with NaN, ±inf and -0.0, and small cases against
+the loop interpreter within the CPU's tolerance policy (cpu_tolerance.py:
+exp is an expansion within a few ulp).
 """
 
 from __future__ import annotations
