@@ -233,7 +233,8 @@ def choose_cpu_attention_tiles(problem: AttentionShape, hardware: Hardware, bloc
     if problem.causal:
         bq = min(128, max(32, next_pow2(problem.s)))
     else:
-        bq = max(32, round_up(ceil_div(problem.s, ceil_div(problem.s, CPU_ATTENTION_ROWS)), 8))
+        queries = max(problem.s, 1)  # no queries (S = 0) still get a tile
+        bq = max(32, round_up(ceil_div(queries, ceil_div(queries, CPU_ATTENTION_ROWS)), 8))
     while bq > 32 and problem.batch_size * ceil_div(problem.s, bq) < 4 * hardware.sm_count:
         bq = max(32, round_up(bq // 2, 8))
     while cpu_attention_resources(AttentionTiles(bq, bt), problem).shared_bytes > hardware.shared_memory_per_block and bt > hardware.warp_size:

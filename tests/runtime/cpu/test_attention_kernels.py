@@ -242,3 +242,18 @@ def test_the_avx2_path_matches_the_reference(avx2, h, s, t, d, causal):
     (got,) = program.run([q, k, v, mask], "main")
     (want,) = evaluate(parse_module(text), "main", [q, k, v, mask])
     assert_matches_reference(got, want)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_no_queries(causal):
+    # fuzz seeds 768, 1515, 1673, 1924, 2864 and 3005: attention with S = 0 crashed the tiler (a division by the
+    # number of query tiles, 0) once a worker iteration took all of a head's queries (7328115)
+    for h, s, t, d in [(2, 0, 5, 4), (3, 0, 384, 8)]:  # (T = 0 has no value: the max over no keys, a DomainError)
+        text = program_text(h, s, t, d, (s, t), causal)
+        _, program = compiled(text)
+        rng = np.random.default_rng(0)
+        inputs = [rng.standard_normal(shape).astype(np.float32) for shape in ((h, s, d), (h, t, d), (h, t, d), (s, t))]
+        (got,) = program.run(inputs, "main")
+        (want,) = evaluate(parse_module(text), "main", inputs)
+        assert got.shape == want.shape == (h, s, d)
+        assert_matches_reference(got, want)
