@@ -14,6 +14,17 @@ SPECIAL_FLOATS = np.array([-0.0, 0.0, np.inf, -np.inf, np.nan, 1.0, -1.0], np.fl
 SPECIAL_VARIANTS = len(SPECIAL_FLOATS)
 
 
+def salted(rng, shape, fraction: float = 0.02) -> np.ndarray:
+    """Normal values with NaN, +inf, -inf and -0.0 at random places."""
+    a = rng.standard_normal(shape).astype(np.float32)
+    flat = a.reshape(-1)
+    count = max(1, int(flat.size * fraction)) if flat.size >= 4 else 0
+    places = rng.choice(flat.size, size=min(count * 4, flat.size), replace=False)
+    for special, chosen in zip((np.nan, np.inf, -np.inf, -0.0), np.array_split(places, 4)):
+        flat[chosen] = special
+    return a
+
+
 # `?` dims (docs/dynamic-shapes.md) take these sizes, one per dim symbol in
 # order of appearance: distinct primes, so mixing two dims up shows.
 DYNAMIC_SIZES = (3, 5, 7, 11, 13)

@@ -20,6 +20,8 @@ import safetensors.numpy
 
 pytest.importorskip("llvmlite")
 
+from numerics import salted  # noqa: E402  (tests/numerics.py)
+
 from fusecc.compiler.parser import parse_module  # noqa: E402
 from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeline  # noqa: E402
 from fusecc.dialects import loop  # noqa: E402
@@ -48,17 +50,6 @@ def program_text(m: int, k: int, n: int, weights_constant: bool, gelu: bool) -> 
         f"    %w = tensor.constant {{value = dense_resource<w> : {w}}} : () -> {w}\n"
         f"    %b = tensor.constant {{value = dense_resource<b> : {bias}}} : () -> {bias}\n{body}  }}\n}}\n"
     )
-
-
-def salted(rng, shape, fraction: float = 0.02) -> np.ndarray:
-    """Normal values with NaN, +inf, -inf and -0.0 at random places."""
-    a = rng.standard_normal(shape).astype(np.float32)
-    flat = a.reshape(-1)
-    count = max(1, int(flat.size * fraction)) if flat.size >= 4 else 0
-    places = rng.choice(flat.size, size=min(count * 4, flat.size), replace=False)
-    for special, chosen in zip((np.nan, np.inf, -np.inf, -0.0), np.array_split(places, 4)):
-        flat[chosen] = special
-    return a
 
 
 def build(tmp_path, m, k, n, weights_constant, gelu, weight, bias, threads):
