@@ -78,14 +78,10 @@ def _attention_tensor_core(q, k, v, mask, scale, causal, dtype: str):
     (`_p_rounding_move`) leaves out a later mixed-sign sum that the bound's
     one-way or random moves cancel (fuzz seed 4323), so the masks also hold
     the rounding itself."""
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
-    if mask is not None:
-        scores = scores + mask
-    rows, cols = scores.shape[-2:]
+    scores = _scores(q, k, mask, scale, causal)
+    cols = scores.shape[-1]
     if cols == 0 or scores.size == 0:
         return _attention(q, k, v, mask, scale, causal)
-    if causal:
-        scores = np.where(np.triu(np.ones((rows, cols), bool), k=1), -np.inf, scores)
     shape = scores.shape[:-1]
     m = np.full(shape + (1,), -np.inf)
     l = np.zeros(shape + (1,))
@@ -277,14 +273,18 @@ def _kept(shape, axes, keep):
     return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
 
 
-def _attention(q, k, v, mask, scale, causal):
+def _scores(q, k, mask, scale, causal):
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
     if mask is not None:
         scores = scores + mask
-    rows, cols = scores.shape[-2:]
     if causal:
+        rows, cols = scores.shape[-2:]
         scores = np.where(np.triu(np.ones((rows, cols), bool), k=1), -np.inf, scores)
-    return np.matmul(_softmax(scores, -1), v)
+    return scores
+
+
+def _attention(q, k, v, mask, scale, causal):
+    return np.matmul(_softmax(_scores(q, k, mask, scale, causal), -1), v)
 
 
 def evaluate_op(op, args: list[np.ndarray], dtypes: list[str], out_dtype: str, call, tensor_cores: bool = False) -> list[np.ndarray]:
