@@ -42,7 +42,7 @@ from fusecc.dialects.fusion import GroupOp
 from fusecc.passes.lowering.dynamic_loops import is_dynamic
 from fusecc.passes.lowering.attention_gpu import lower_attention_gpu
 from fusecc.passes.lowering.attention_mma import attention_mma_kind, lower_attention_mma
-from fusecc.passes.lowering.attention_scores import Scores, causal_order, kv_end
+from fusecc.passes.lowering.attention_scores import Scores, causal_order, causal_visit_end, kv_end
 from fusecc.passes.lowering.attention_split import lower_attention_split_kv
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import Launch, LoweredGroup, template
@@ -154,6 +154,25 @@ def lower_attention(group: GroupOp, hardware: Hardware) -> LoweredGroup:
     return LoweredGroup([Launch(writer.finish(), writer.arg_refs)])
 
 
+def causal_visit_end_cpu(w: KernelWriter, problem: AttentionProblem, bidx, end: Value) -> Value:
+    """`causal_visit_end` for a CPU worker iteration: Σ 0·v over the skipped
+    keys, a vector loop over the value columns around the loop over keys."""
+    if not problem.causal:
+        return end
+    s = w.s
+    sums = w.alloc(MemRefType([problem.dv], f32, "local"), "skipped")
+
+    def column(c: Value) -> None:
+        def step(key: Value, acc: Value) -> list[Value]:
+            return [s.add(acc, s.mul(s.const(0.0), w.value_at(problem.op.value, problem.v_index(bidx, key, c, w.im))))]
+
+        w.store(w.for_(end, w.im.const(problem.t), 1, step, [s.const(0.0)], "key")[0], sums, [c])
+
+    w.parallel([problem.dv], ["vector"], column, ["c"])
+    total = w.for_(0, problem.dv, 1, lambda c, acc: [s.add(acc, w.load(sums, [c]))], [s.const(0.0)], "c")[0]
+    return causal_visit_end(w, problem, end, total)
+
+
 def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: AttentionTiles, hardware: Hardware) -> KernelWriter:
     w = KernelWriter(group, hardware)
     epilogue = Epilogue(group, problem.op.result, w.outputs, "attention")
@@ -175,7 +194,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
         q0 = im.mul(causal_order(w, problem, im.rem(p, q_blocks), q_blocks, gpu=False), im.const(bq))
         q_end = w.min_index(im.add(q0, im.const(bq)), S)
         rows = w.index_sub(q_end, q0)
-        end = kv_end(w, problem, q_end)
+        end = causal_visit_end_cpu(w, problem, bidx, kv_end(w, problem, q_end))
         q_tile = w.alloc(MemRefType([bq, D], f32, "local"), "q_tile")
         k_tile = w.alloc(MemRefType([D, bt], f32, "local"), "k_tile")
         v_tile = w.alloc(MemRefType([bt, Dv], f32, "local"), "v_tile")

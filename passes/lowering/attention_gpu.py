@@ -12,7 +12,8 @@ and a wait on sm_80+, plain loads and stores before):
       q_tile [BQ, D+4], k_tile [S, BT, D+4], v_tile [S, BT, Dv], p_tile [BQ, BT+pad]: shared
       loop.parallel [BQ/R * TPR] (thread.x)   -- row group g = t / TPR, lane = t % TPR
         q_tile <- Q[q0 : q0+BQ]; k_tile[0], v_tile[0] <- K, V[0 : BT] (cp.async); commit
-        (m[R], l[R], o[R][Dv/TPR]) = loop.for k0 in 0..kv_end step BT   -- causal: kv_end = min(T, q0+BQ)
+        (m[R], l[R], o[R][Dv/TPR]) = loop.for k0 in 0..kv_end step BT   -- causal: kv_end = min(T, q0+BQ),
+                                                                        -- or T where V past it is not finite
           k_tile[1-s], v_tile[1-s] <- K, V[k0+BT : k0+2BT] (cp.async, a loop over rounds); commit; wait 1; barrier
           s_iu = q_tile[row_i]·k_tile[s, lane + u·TPR] * scale + mask   (R × BT/TPR scores, float4s along d)
           causal / past-the-end keys -> -inf
@@ -38,7 +39,7 @@ from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 from fusecc.dialects.loop_vector import AsyncCommitOp, AsyncWaitOp, LoadVectorOp
 from fusecc.passes.backends.hardware import Hardware
-from fusecc.passes.lowering.attention_scores import Scores, causal_order, kv_end
+from fusecc.passes.lowering.attention_scores import Scores, causal_order, gpu_causal_visit_end, kv_end
 from fusecc.passes.lowering.attention_split import write_partials
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.interface import kernel_name
@@ -106,7 +107,7 @@ def lower_attention_gpu(group: GroupOp, problem: AttentionShape, tiles: Attentio
         p_tile = w.alloc(MemRefType([bq, bt + p_pad], f32, "shared"), "p_tile")
         q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(bq))
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
-        begin, end = im.const(0), kv_end(w, problem, im.add(q0, im.const(bq)))
+        begin, end = im.const(0), gpu_causal_visit_end(w, problem, bidx, kv_end(w, problem, im.add(q0, im.const(bq))), threads)
         if split:  # this block's range of key tiles (empty past a causal diagonal)
             begin = im.mul(part, im.const(keys_per_split))
             end = w.min_index(end, im.add(begin, im.const(keys_per_split)))

@@ -35,7 +35,7 @@ from fusecc.dialects.fusion import GroupOp
 from fusecc.dialects.loop import GPU_BLOCK
 from fusecc.dialects.nvgpu import FRAGMENTS, WARP
 from fusecc.passes.backends.hardware import Hardware
-from fusecc.passes.lowering.attention_scores import Scores, causal_order, kv_end
+from fusecc.passes.lowering.attention_scores import Scores, causal_order, gpu_causal_visit_end, kv_end
 from fusecc.passes.lowering.epilogue import Epilogue
 from fusecc.passes.lowering.kernel_builder import ceil_div
 from fusecc.passes.lowering.kernel_writer import KernelWriter
@@ -110,7 +110,7 @@ def lower_attention_mma(group: GroupOp, problem, kind: str, hardware: Hardware) 
         v_tile = w.alloc(MemRefType([BLOCK_T, dv8 + PAD], element, "shared"), "v_tile")
         q0 = im.mul(causal_order(w, problem, q_block, grid[0], gpu=True), im.const(block_q))
         bidx = problem.batch_index(batch if batch is not None else im.const(0), im)
-        end = kv_end(w, problem, im.add(q0, im.const(block_q)))
+        end = gpu_causal_visit_end(w, problem, bidx, kv_end(w, problem, im.add(q0, im.const(block_q))), threads)
 
         def thread(t: Value) -> None:
             lane = Lane(w, t)

@@ -1,13 +1,15 @@
 """What both attention templates (attention.py on FMA, attention_mma.py on
 tensor cores) do alike with scores: scale, additive mask, causal and
-past-the-end masking (`Scores`), the keys a block visits (`kv_end`) and the
-order causal query tiles are taken in (`causal_order`)."""
+past-the-end masking (`Scores`), the keys a block visits (`kv_end`,
+`causal_visit_end`) and the order causal query tiles are taken in
+(`causal_order`)."""
 
 from __future__ import annotations
 
 import math
 
 from fusecc.compiler.ir import Value
+from fusecc.compiler.types import MemRefType, f32
 from fusecc.passes.lowering.kernel_writer import KernelWriter
 
 
@@ -40,6 +42,48 @@ def kv_end(w: KernelWriter, problem, q_end: Value) -> Value:
     if not problem.causal:
         return w.im.const(problem.t)
     return w.min_index(q_end, problem.t)
+
+
+def skipped_values_sum(w: KernelWriter, problem, bidx, end: Value, first: Value | int = 0, stride: int = 1) -> Value:
+    """Σ 0·v over the values of the keys past `end` (those a causal block
+    skips: above the diagonal for every row it has), taking the flat
+    elements first, first + stride, ... of the [T - end, Dv] range: ±0, or
+    NaN where one of them is inf or NaN."""
+    im, s = w.im, w.s
+    count = im.mul(w.index_sub(im.const(problem.t), end), im.const(problem.dv))
+
+    def step(i: Value, acc: Value) -> list[Value]:
+        key, c = im.add(end, im.div(i, problem.dv)), im.rem(i, problem.dv)
+        return [s.add(acc, s.mul(s.const(0.0), w.value_at(problem.op.value, problem.v_index(bidx, key, c, im))))]
+
+    return w.for_(first, count, stride, step, [s.const(0.0)], "skipped")[0]
+
+
+def causal_visit_end(w: KernelWriter, problem, end: Value, skipped_sum: Value) -> Value:
+    """The end of the keys a causal block visits: `end` (kv_end), or all T
+    keys where the values past it hold an inf or NaN (`skipped_sum` is NaN).
+
+    The language's attention is softmax(...)·v: a key above the diagonal
+    weighs exactly 0, and 0·inf is NaN, so such a value makes its column
+    NaN in every row above it. Skipping those keys would drop that NaN;
+    visiting them, the causal mask gives each p = 0 and the tile's own p·v
+    makes it (found by fusecc's own review: q, k, v 1x200x8, v[0, 199, 0] = inf)."""
+    finite = w.cmp("eq", skipped_sum, skipped_sum)  # false for NaN only
+    return w.select(finite, end, w.im.const(problem.t))
+
+
+def gpu_causal_visit_end(w: KernelWriter, problem, bidx, end: Value, threads: int) -> Value:
+    """`causal_visit_end` for a GPU block, at block level (the same value in
+    every thread, so that the key loop's barriers stay legal): its threads
+    share the scan of the skipped values out (consecutive threads,
+    consecutive columns), each leaves its sum in shared memory, and every
+    thread adds the `threads` sums up."""
+    if not problem.causal:
+        return end
+    sums = w.alloc(MemRefType([threads], f32, "shared"), "skipped")
+    w.parallel([threads], ["thread.x"], lambda t: w.store(skipped_values_sum(w, problem, bidx, end, t, threads), sums, [t]), ["t"])
+    total = w.for_(0, threads, 1, lambda i, acc: [w.s.add(acc, w.load(sums, [i]))], [w.s.const(0.0)], "i")[0]
+    return causal_visit_end(w, problem, end, total)
 
 
 def causal_order(w: KernelWriter, problem, i: Value, count: int, gpu: bool) -> Value:

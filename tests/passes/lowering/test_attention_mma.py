@@ -131,6 +131,29 @@ def test_sanitized_on_the_harness_against_the_reference(name, cuda_cache_dir, mo
     check(t, outputs[manifest.outputs[0].name], want, inputs[2])
 
 
+def test_causal_values_past_the_diagonal_that_are_not_finite(cuda_cache_dir, monkeypatch):
+    """0·inf is NaN: an inf in v at a key the causal rule hides still makes
+    its column NaN in the rows above it, in the reference; the kernel
+    skipped those key tiles and now visits them where v is not finite."""
+    from fusecc.passes.lowering import attention_mma
+
+    monkeypatch.setattr(attention_mma, "attention_mma_warps", lambda problem, hardware: 2)  # 32 query rows per block
+    text = program("bf16", 1, 200, 200, 16, 16, causal=True)
+    inputs = inputs_for(parsed(text))
+    inputs[2][0, -1, 0], inputs[2][0, -30, 2] = np.inf, np.nan
+    (want,) = evaluate(parsed(text), "main", inputs)
+    want = np.asarray(want)
+    assert np.isnan(want[0, :199, 0].astype(np.float32)).all()
+    source, manifest = compile_program(parsed(text), "main", "sm_90", PassContext(target="h200"))
+    outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
+    assert findings == [], "\n".join(map(str, findings))
+    got = outputs[manifest.outputs[0].name]
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(want.astype(np.float32)))
+    finite = np.isfinite(want.astype(np.float32))
+    np.testing.assert_array_equal(got[~finite].astype(np.float32), want[~finite].astype(np.float32))  # NaN and the inf row
+    check("bf16", got[finite], want[finite], np.where(np.isfinite(inputs[2].astype(np.float32)), inputs[2].astype(np.float32), 0))
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_nvrtc_compiles_without_spills(arch, head_dim):

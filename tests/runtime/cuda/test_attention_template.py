@@ -227,3 +227,43 @@ def test_the_single_stage_path(async_copies, cuda_cache_dir, monkeypatch):
     assert findings == [], "\n".join(map(str, findings))
     (out,) = outputs.values()
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def values_past_the_diagonal_not_finite(inputs) -> None:
+    """inf and NaN in v at keys past the first query tiles' diagonal."""
+    v = inputs[2]
+    v[..., -1, 0], v[..., -30, 2] = np.inf, np.nan
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_causal_values_past_the_diagonal_that_are_not_finite(splits, cuda_cache_dir, monkeypatch):
+    """Keys above a query tile's diagonal weigh exactly 0, and 0·inf is NaN:
+    the reference's column is NaN in every row above the inf. The kernel
+    skipped those key tiles (`kv_end`) and returned finite numbers; it now
+    visits them where their values are not finite (`gpu_causal_visit_end`),
+    split-KV included."""
+    import fusecc.passes.tiling.attention_tiles as attention_tiles
+
+    real = attention_tiles.choose_gpu_attention_tiles
+
+    def forced(problem, hardware, block=None, threads=None, splits_=None):
+        return AttentionTiles(16, 32, 64, splits) if block is None else real(problem, hardware, block, threads, splits_)
+
+    monkeypatch.setattr(attention_tiles, "choose_gpu_attention_tiles", forced)
+    text = program((2, 100, 8), (2, 100, 8), (2, 100, 8), None, "causal = true")
+    module = parse_module(text, "attention.ir")
+    verify(module)
+    inputs = [random_input(t, np.random.default_rng(1)) for t in module.lookup("main").function_type.inputs]
+    values_past_the_diagonal_not_finite(inputs)
+    (expected,) = evaluate(parse_module(text, "attention.ir"), "main", inputs)
+    assert np.isnan(expected[:, :99, 0]).all() and np.isnan(expected[:, :, 2]).all()
+    source, manifest = compile_program(module, "main", "sm_90")
+    try:
+        outputs, findings = run_sanitized(manifest, source, inputs, cache_dir=cuda_cache_dir)
+    except HostCompilerMissing as exc:
+        pytest.skip(f"no host compiler for the CPU harness: {exc}")
+    assert len(manifest.launches) == (2 if splits > 1 else 1)
+    assert findings == [], "\n".join(map(str, findings))
+    (out,) = outputs.values()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
