@@ -4,9 +4,12 @@ a busy shared machine matters little (issue 11, the 2-thread rows).
     python benchmarks/thread_split.py [--model minilm-l3|bert] [--shape 1x128] [--threads 2]
                                       [--calls 30] [--rounds 5] [--trees old=DIR,new=DIR]
 
-Per call, three figures (medians over `--calls` calls):
-- wall: the call's wall time (what model_bench's 2-thread rows compare; on
-  a loaded machine it mostly measures when the helper threads got a core);
+Per call, four figures (medians over `--calls` calls):
+- team wall: the call's wall time as fusecc runs it (what model_bench's
+  2-thread rows compare: one native team call, runtime/cpu/team.py);
+- wall: the same through the pool's Python hand-offs (FUSECC_CPU_TEAM=0,
+  which the next two figures need; on a loaded machine it mostly measures
+  when the helper threads got a core);
 - caller CPU: the calling thread's CPU time (time.thread_time);
 - critical CPU: the caller's CPU time less its own pieces of the launches
   split over threads, plus the busiest piece of each (thread CPU time of
@@ -47,7 +50,21 @@ def measure(model: str, shape: str, threads: int, calls: int) -> dict:
     else:
         path, name = model_bench.minilm_path(), model
     feeds = model_bench.feeds_for(name, batch, seq)
-    program = fusecc.compile(path, target="cpu", shapes=model_bench.fusecc_shapes(feeds), options={"threads": threads})
+    team = fusecc.compile(path, target="cpu", shapes=model_bench.fusecc_shapes(feeds), options={"threads": threads})
+    for _ in range(3):
+        team(**feeds)
+    team_wall = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        team(**feeds)
+        team_wall.append(time.perf_counter() - start)
+    before = os.environ.get("FUSECC_CPU_TEAM")
+    os.environ["FUSECC_CPU_TEAM"] = "0"  # the pool's launches, which `recording` wraps (the plan binds on the first call)
+    try:
+        program = fusecc.compile(path, target="cpu", shapes=model_bench.fusecc_shapes(feeds), options={"threads": threads})
+        program(**feeds)
+    finally:
+        os.environ.pop("FUSECC_CPU_TEAM") if before is None else os.environ.__setitem__("FUSECC_CPU_TEAM", before)
     pool = program._compiled.pool
     split = []  # per split launch: (the caller's piece, the busiest piece), thread CPU seconds
     run_pieces = pool.run_pieces
@@ -76,7 +93,7 @@ def measure(model: str, shape: str, threads: int, calls: int) -> dict:
         wall.append(time.perf_counter() - start)
         caller.append(time.thread_time() - cpu)
         critical.append(caller[-1] - sum(mine for mine, _ in split) + sum(busiest for _, busiest in split))
-    return {"wall": statistics.median(wall), "caller CPU": statistics.median(caller), "critical CPU": statistics.median(critical),
+    return {"team wall": statistics.median(team_wall), "wall": statistics.median(wall), "caller CPU": statistics.median(caller), "critical CPU": statistics.median(critical),
             "split launches": len(split)}
 
 
@@ -108,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     first = results[labels[0]]
     for label in labels:
         parts = []
-        for key in ("wall", "caller CPU", "critical CPU"):
+        for key in ("team wall", "wall", "caller CPU", "critical CPU"):
+            if any(key not in a for a in results[label] + first):  # a tree from before the figure
+                continue
             per_round = sorted(a[key] / b[key] for a, b in zip(results[label], first))
             parts.append(f"{key} {statistics.median(a[key] for a in results[label]) * 1e3:.2f} ms "
                          f"({statistics.median(per_round):.3f}, {per_round[0]:.3f}-{per_round[-1]:.3f})")

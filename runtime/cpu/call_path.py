@@ -14,12 +14,15 @@ dims) bind their steps to the same form:
 launch of one piece whose kernel `native_callable` takes, or a copy) into
 one encoded segment for `fusecc_run_steps`; a launch split over threads
 (or one with arguments the native runner cannot pass) stays a pool launch
-between segments. At one thread, a whole call is one ctypes call.
+between segments. At one thread, a whole call is one ctypes call. On
+several, where every kernel is `native_callable`, a whole call is one team
+call (team.py): split launches as split steps between barriers.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 
 import numpy as np
@@ -38,7 +41,11 @@ class StepProgram:
         self.steps = steps
         self.run_native = run_steps_function()
         keys: dict = {None: 0}
-        self.segments: list[tuple] = []  # ("native", int64 words, their address) | ("pool", function, args, [(index, base, offset)], pieces)
+        self.segments: list[tuple] = []  # ("native" | "team", int64 words, their address) | ("pool", function, args, [(index, base, offset)], pieces)
+        self.team = pool.team() if self._runs_as_team(steps, pool) else None
+        if self.team is not None:
+            self._encode_team_call(steps, keys)
+            steps = []
         encoder = None
         for step in steps:
             if step[0] == "launch":
@@ -66,6 +73,46 @@ class StepProgram:
         self.input_slots = [keys.get(("input", i), -1) for i in range(n_inputs)]
         self.output_slots = [keys.get(("output", i), -1) for i in range(n_outputs)]
         self._bases_address = self.bases.ctypes.data
+
+    @staticmethod
+    def _runs_as_team(steps: list[tuple], pool) -> bool:
+        """A call with a split launch whose kernels the runner can all call;
+        FUSECC_CPU_TEAM=0 keeps the pool's Python hand-offs (benchmarks
+        compare the two; thread_split.py wraps the pool's launches)."""
+        if pool.threads < 2 or os.environ.get("FUSECC_CPU_TEAM", "1") == "0":
+            return False
+        launches = [step for step in steps if step[0] == "launch"]
+        return any(len(step[4]) > 1 for step in launches) and all(native_callable(step[1].abi) for step in launches)
+
+    def _encode_team_call(self, steps: list[tuple], keys: dict) -> None:
+        """The whole call as one team walk: a barrier before a split launch
+        (its threads read what the steps before wrote) and after it."""
+        encoder = self._start(keys)
+        unordered = False  # steps since the last barrier
+        for step in steps:
+            if step[0] == "copy":
+                _, source, target, nbytes = step
+                encoder.copy(target, source, nbytes)
+                unordered = True
+                continue
+            _, kernel, args, varying, pieces = step
+            arguments = [(None, value) for value in args]
+            for index, root, offset in varying:
+                arguments[index] = (root, offset)
+            address = ctypes.cast(kernel.function, ctypes.c_void_p).value
+            if len(pieces) == 1:
+                encoder.launch(address, arguments + [(None, pieces[0][0]), (None, pieces[0][1])])
+                unordered = True
+                continue
+            if unordered:
+                encoder.barrier()
+            encoder.split(address, [arguments + [(None, begin), (None, end)] for begin, end in pieces])
+            encoder.barrier()
+            unordered = False
+        if unordered:
+            encoder.barrier()
+        words = encoder.finish()
+        self.segments.append(("team", words, words.ctypes.data))
 
     def _start(self, keys: dict) -> StepEncoder:
         return StepEncoder(keys)  # one index space for every segment
@@ -104,7 +151,9 @@ class StepProgram:
         run_native, bases_address = self.run_native, self._bases_address
         for segment in self.segments:
             if segment[0] == "native":
-                run_native(segment[2], bases_address)
+                run_native(segment[2], bases_address, None, 0)
+            elif segment[0] == "team":
+                self.team.run(segment[2], bases_address)
             else:
                 _, function, args, varying, pieces = segment
                 if varying:

@@ -243,17 +243,18 @@ def _cached_objects(texts: list[str], ir_passes: bool = True) -> tuple[list[byte
     return objects, from_disk
 
 
-def compile_ir(text: str, symbols, ir_passes: bool = True) -> CompiledModule:
+def compile_ir(text: str, symbols, ir_passes: bool = True, split: bool = True) -> CompiledModule:
     """Machine code for `text`; `symbols` are the functions to look up. A
-    long module is compiled in parts on all cores (split_module).
-    `ir_passes` False: code generation alone, for IR written by hand that
-    LLVM's IR passes would only spend time on."""
+    long module is compiled in parts on all cores (split_module; `split`
+    False: in one, for functions that call each other). `ir_passes` False:
+    code generation alone, for IR written by hand that LLVM's IR passes
+    would only spend time on."""
     key = cache.digest(text, host_cpu_features(), str(ir_passes))
     with _lock:
         found = _compiled.get(key)
     if found is not None:
         return found
-    parts = split_module(text, min(2, os.cpu_count() or 1)) if len(text) >= SPLIT_CHARACTERS else [text]
+    parts = split_module(text, min(2, os.cpu_count() or 1)) if split and len(text) >= SPLIT_CHARACTERS else [text]
     with working(f"compiling {len(symbols)} CPU kernels with LLVM"):  # a bar on a terminal past a second
         objects, from_disk = _cached_objects(parts, ir_passes)
     compiled = load_object(objects, symbols, from_disk)

@@ -2,14 +2,17 @@
 runtime/cpu/call_path.py): the step runner passes every argument and
 copies every byte it is told to (checked through ctypes callbacks standing
 in for kernels, at every arity it takes), and programs run through it give
-the reference's results: at one thread as one native segment, at two with
-a launch split over the pool between segments, with copies, with `?` dims
-bound per call, and from several Python threads at once."""
+the reference's results: at one thread as one native segment, at two as
+one team call (runtime/cpu/team.py: each piece of a split launch on its own
+thread, a helper woken from its sleep), with copies, with `?` dims bound
+per call, and from several Python threads at once."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,6 +23,7 @@ from fusecc.compiler.types import MemRefType, f32, i64
 from fusecc.runtime.cpu.call_path import StepProgram
 from fusecc.runtime.cpu.executor import WorkerPool
 from fusecc.runtime.cpu.sequence import MAX_ARGUMENTS, StepEncoder, native_callable, run_steps_function
+from fusecc.runtime.cpu.team import Team
 
 
 def callback_kernel(arity: int, seen: list):
@@ -40,7 +44,7 @@ def test_the_step_runner_passes_each_argument_as_base_plus_offset(arity):
     encoder.launch(address, arguments)
     encoder.launch(address, list(reversed(arguments)))
     steps = encoder.finish()
-    run_steps_function()(steps.ctypes.data, bases.ctypes.data)
+    run_steps_function()(steps.ctypes.data, bases.ctypes.data, None, 0)
     expected = tuple(int(bases[keys[key]]) + offset for key, offset in arguments)
     assert seen == [expected, tuple(reversed(expected))]
 
@@ -52,7 +56,7 @@ def test_the_step_runner_copies_between_bases_at_offsets():
     encoder = StepEncoder({None: 0, "source": 1, "target": 2})
     encoder.copy(("target", 8), ("source", 3), 20)
     encoder.copy(("target", 40), ("source", 0), 1)
-    run_steps_function()(encoder.finish().ctypes.data, bases.ctypes.data)
+    run_steps_function()(encoder.finish().ctypes.data, bases.ctypes.data, None, 0)
     expected = np.zeros(64, dtype=np.uint8)
     expected[8:28] = source[3:23]
     expected[40] = source[0]
@@ -107,7 +111,7 @@ def test_one_thread_runs_a_call_as_one_native_segment_with_its_copies(tmp_path):
 
 
 # A launch big enough to be split over two threads (executor.MIN_PARALLEL_WORK)
-# between small ones: native segments on both sides of a pool launch.
+# between small ones.
 SPLIT = """
 func.func @main(%x: tensor<2048x1024xf32>, %s: tensor<8xf32>) -> (tensor<2048x1024xf32>, tensor<8xf32>) {
   %a = tensor.relu %s {fusion.forbid = true} : (tensor<8xf32>) -> tensor<8xf32>
@@ -119,16 +123,66 @@ func.func @main(%x: tensor<2048x1024xf32>, %s: tensor<8xf32>) -> (tensor<2048x10
 """
 
 
-def test_a_launch_split_over_threads_runs_between_native_segments(tmp_path):
+def test_a_call_with_a_split_launch_runs_as_one_team_call(tmp_path):
     cpu, reference = compiled(tmp_path, SPLIT, threads=2)
     plan = cpu._compiled.prepare(cpu.entry)
-    kinds = [s[0] for s in plan._call.segments]
-    assert "pool" in kinds and "native" in kinds, kinds
-    assert sum(len(s[4]) for s in plan._call.segments if s[0] == "pool") >= 2  # really split
+    assert [s[0] for s in plan._call.segments] == ["team"]
+    assert sum(len(step[4]) > 1 for step in plan._bound if step[0] == "launch") == 1  # really split
     rng = np.random.default_rng(1)
-    for _ in range(2):
+    for _ in range(3):
         inputs = {"x": rng.standard_normal((2048, 1024)).astype(np.float32), "s": rng.standard_normal(8).astype(np.float32)}
         assert_matches(cpu, reference, inputs, rtol=1e-5)
+
+
+def team_walk_records():
+    """A team call of callback kernels: a launch, a split of two pieces, a
+    launch; each call records (thread, arguments)."""
+    seen: list = []
+    prototype = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+    function = prototype(lambda *args: seen.append((threading.get_ident(), args)))
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    encoder = StepEncoder()
+    encoder.launch(address, [(None, 1), (None, 0), (None, 1)])
+    encoder.barrier()
+    encoder.split(address, [[(None, 2), (None, 0), (None, 5)], [(None, 2), (None, 5), (None, 9)]])
+    encoder.barrier()
+    encoder.launch(address, [(None, 3), (None, 0), (None, 1)])
+    encoder.barrier()
+    return encoder.finish(), np.zeros(1, dtype=np.int64), seen, function
+
+
+def test_a_team_runs_each_piece_of_a_split_on_its_own_thread_in_order():
+    steps, bases, seen, _function = team_walk_records()
+    team = Team(2)
+    try:
+        for _ in range(20):
+            seen.clear()
+            team.run(steps.ctypes.data, bases.ctypes.data)
+            caller = threading.get_ident()
+            assert seen[0] == (caller, (1, 0, 1)) and seen[-1] == (caller, (3, 0, 1))  # launches: the caller's
+            assert sorted(seen[1:3], key=lambda r: r[1]) == [(caller, (2, 0, 5)), (seen[2][0] if seen[1][0] == caller else seen[1][0], (2, 5, 9))]
+            assert len({thread for thread, _ in seen[1:3]}) == 2  # the other piece on the helper
+    finally:
+        team.stop()
+
+
+def test_a_helper_that_fell_asleep_wakes_for_the_next_call():
+    steps, bases, seen, _function = team_walk_records()
+    team = Team(2)
+    try:
+        team.run(steps.ctypes.data, bases.ctypes.data)
+        deadline = time.monotonic() + 10
+        while team._asleep == 0 and time.monotonic() < deadline:  # past SPIN_TICKS it sleeps in Python
+            time.sleep(0.01)
+        assert team._asleep == 1
+        seen.clear()
+        caller = threading.Thread(target=team.run, args=(steps.ctypes.data, bases.ctypes.data))
+        caller.start()
+        caller.join(timeout=10)
+        assert not caller.is_alive(), "the call waits at a barrier for a helper that was not woken"
+        assert len(seen) == 4
+    finally:
+        team.stop()
 
 
 def test_step_program_keeps_python_launches_for_kernels_it_cannot_call():
@@ -141,6 +195,12 @@ def test_step_program_keeps_python_launches_for_kernels_it_cannot_call():
     assert [s[0] for s in program.segments] == ["pool"]
     program.run([1 << 20], [])
     assert seen == [((1 << 20) + 16, 0, 0, 4)]
+    # on two threads, split: the call is no team call (the team cannot pass the scalar)
+    seen.clear()
+    program = StepProgram([steps[0][:4] + ([(0, 2), (2, 4)],)], {}, WorkerPool(2), n_inputs=1, n_outputs=0)
+    assert [s[0] for s in program.segments] == ["pool"] and program.team is None
+    program.run([1 << 20], [])
+    assert sorted(seen) == [((1 << 20) + 16, 0, 0, 2), ((1 << 20) + 16, 0, 2, 4)]
 
 
 DYNAMIC = """
@@ -186,3 +246,33 @@ def test_concurrent_calls_each_get_their_own_results(tmp_path, threads):
     for t in pool:
         t.join()
     assert not failures
+
+
+def _run_in_forked_child(cpu, inputs, queue) -> None:
+    queue.put(cpu(**inputs))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork: POSIX only")
+def test_a_forked_child_runs_team_calls_with_helpers_of_its_own(tmp_path):
+    """Only the forking thread survives a fork: without new helpers the
+    child's first team call would wait at its first barrier for ever."""
+    import multiprocessing
+
+    cpu, reference = compiled(tmp_path, SPLIT, threads=2)
+    rng = np.random.default_rng(4)
+    inputs = {"x": rng.standard_normal((2048, 1024)).astype(np.float32), "s": rng.standard_normal(8).astype(np.float32)}
+    cpu(**inputs)  # the parent's team exists, its helper waiting
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_run_in_forked_child, args=(cpu, inputs, queue))
+    child.start()
+    try:
+        got = queue.get(timeout=60)
+        child.join(timeout=60)
+    finally:
+        if child.is_alive():  # stuck at a barrier: no spinning process left behind
+            child.kill()
+    assert child.exitcode == 0
+    expected = reference(**inputs)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5, err_msg=name)
