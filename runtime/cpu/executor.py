@@ -32,7 +32,7 @@ from fusecc.runtime.cpu.buffers import address_of, aligned_empty, aligned_zeros,
 from fusecc.runtime.cpu.call_path import StepProgram, run_profiled
 from fusecc.runtime.cpu.dynamic import DynamicSchedulePlan, kernel_arguments, worker_extent
 from fusecc.runtime.cpu.load_time import load_time_launches
-from fusecc.runtime.cpu.team import Team
+from fusecc.runtime.cpu.team import team_for
 
 # Below this many scalar operations (the loop IR's, per element) a launch
 # runs on the calling thread: handing a piece to another thread costs 20-70
@@ -67,15 +67,10 @@ class WorkerPool:
     def __init__(self, threads: int | None = None):
         self.threads = max(1, threads or available_cpus())
         self._executor = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fusecc-cpu") if self.threads > 1 else None
-        self._team = None
-        self._team_lock = threading.Lock()
 
     def team(self):
-        """The native team of this pool's threads (team.py), made on first use."""
-        with self._team_lock:
-            if self._team is None:
-                self._team = Team(self.threads)
-            return self._team
+        """The process's native team of this pool's thread count (team.py)."""
+        return team_for(self.threads)
 
     def pieces(self, extent: int, work_per_iteration: int) -> list[tuple[int, int]]:
         parallel = self.threads > 1 and extent > 1 and extent * work_per_iteration >= MIN_PARALLEL_WORK

@@ -21,7 +21,7 @@ Encoding (int64 words):
   (0, value)); the kernel's worker range [begin, end) is its last two;
 - copy:   1, target (index, offset), source (index, offset), bytes;
 - split:  2, P, then P launch records (kernel address, n, n pairs): thread
-  r runs record r;
+  r runs record r (without a team, the caller runs them all in turn);
 - barrier: 3;
 - end:    -1.
 
@@ -205,7 +205,9 @@ def runner_ir(x86: bool | None = None) -> str:
         "  %rc.words = shl i64 %rc, 1",
         "  %rec.after.1 = add i64 %rec, 2",
         "  %rec.after = add i64 %rec.after.1, %rc.words",
-        "  %mine = icmp eq i64 %r, %tid",
+        "  %mine.r = icmp eq i64 %r, %tid",
+        "  %solo = xor i1 %in.team, true",  # without a team the caller runs every piece
+        "  %mine = or i1 %mine.r, %solo",
         "  br i1 %mine, label %split.run, label %split.next",
         "split.run:",
         "  call void @fusecc_launch(ptr %steps, i64 %rec, ptr %bases)",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-import weakref
 
 import numpy as np
 
@@ -32,7 +31,19 @@ from fusecc.runtime.cpu.sequence import TEAM_COUNT, TEAM_GENERATION, TEAM_STRIDE
 SPIN_TICKS = 4_000_000  # cycle-counter ticks a helper spins for the next call (~1-2 ms at 2-4 GHz)
 STOPPED, TIMED_OUT = -2, -1
 
-_teams: "weakref.WeakSet[Team]" = weakref.WeakSet()
+_teams: dict[int, "Team"] = {}  # one per thread count, shared by every pool of that many threads
+_teams_lock = threading.Lock()
+
+
+def team_for(threads: int) -> "Team":
+    """The process's team of `threads` threads, made on first use (pools of
+    one size share it: its calls take turns, and no helper threads pile up
+    with the programs compiled)."""
+    with _teams_lock:
+        team = _teams.get(threads)
+        if team is None:
+            team = _teams[threads] = Team(threads)
+        return team
 
 
 class Team:
@@ -47,8 +58,8 @@ class Team:
         self.state = np.zeros(TEAM_WORDS + TEAM_STRIDE, dtype=np.int64)  # one spare line: the words are 64-byte apart
         self.state[TEAM_THREADS * TEAM_STRIDE] = threads
         self._address = self.state.ctypes.data
+        self._stopped = False
         self._start_helpers()
-        _teams.add(self)
 
     def _start_helpers(self) -> None:
         self._call_lock = threading.Lock()  # one call at a time: the words are the team's
@@ -71,6 +82,9 @@ class Team:
         """One call: every thread walks the steps at `steps_address` (which
         end with a barrier) over the bases at `bases_address`."""
         with self._call_lock:
+            if self._stopped:  # at exit: the caller runs every piece itself
+                self._run_steps(steps_address, bases_address, None, 0)
+                return
             self._publish(self._address, steps_address, bases_address)
             if self._asleep:
                 with self._sleep:
@@ -101,6 +115,7 @@ class Team:
         """The helpers return (at exit: none may still be spinning in code
         that the interpreter's teardown frees)."""
         with self._call_lock:
+            self._stopped = True
             self._stop(self._address)
             with self._sleep:
                 self._wakeups += 1
@@ -111,16 +126,18 @@ class Team:
 
 @atexit.register
 def _stop_teams() -> None:
-    for team in list(_teams):
+    for team in list(_teams.values()):
         team.stop()
 
 
 def _restart_teams_in_child() -> None:
-    for team in list(_teams):
+    global _teams_lock
+    _teams_lock = threading.Lock()
+    for team in list(_teams.values()):
         team._after_fork()
 
 
 os.register_at_fork(after_in_child=_restart_teams_in_child)
 
 
-__all__ = ["SPIN_TICKS", "Team"]
+__all__ = ["SPIN_TICKS", "Team", "team_for"]

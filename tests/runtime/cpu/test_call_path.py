@@ -166,6 +166,15 @@ def test_a_team_runs_each_piece_of_a_split_on_its_own_thread_in_order():
         team.stop()
 
 
+def test_a_stopped_team_runs_every_piece_on_the_caller():
+    steps, bases, seen, _function = team_walk_records()
+    team = Team(2)
+    team.stop()
+    team.run(steps.ctypes.data, bases.ctypes.data)
+    caller = threading.get_ident()
+    assert seen == [(caller, (1, 0, 1)), (caller, (2, 0, 5)), (caller, (2, 5, 9)), (caller, (3, 0, 1))]
+
+
 def test_a_helper_that_fell_asleep_wakes_for_the_next_call():
     steps, bases, seen, _function = team_walk_records()
     team = Team(2)
