@@ -38,6 +38,25 @@ def test_the_ci_slice_passes_on_every_target(seeds):
     assert failures == []
 
 
+def test_the_cpu_target_with_every_launch_split_over_a_team(monkeypatch):
+    """The team path (runtime/cpu/team.py) on the fuzz programs: two threads,
+    and every launch of more than one iteration split, however little work
+    it has (the programs are small: normally almost none is)."""
+    from fusecc.runtime.cpu import executor, team
+
+    monkeypatch.setattr(executor, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(executor, "_default_pool", executor.WorkerPool(2))
+    calls = []
+    real_run = team.Team.run
+    monkeypatch.setattr(team.Team, "run", lambda self, steps, bases: (calls.append(1), real_run(self, steps, bases))[1])
+    failures = []
+    for seed in SLICE:
+        outcome = run_case(generate(seed), ["cpu"])
+        failures += [f"seed {seed}: {t}: {outcome.classes[t]}: {outcome.details.get(t, '')}" for t in outcome.failed()]
+    assert failures == []
+    assert len(calls) >= len(SLICE) // 2  # most programs ran as team calls
+
+
 def test_the_generator_covers_every_op_of_the_tensor_dialect():
     import fusecc  # registers the dialects
     from fusecc.compiler.op_definitions import OP_REGISTRY
