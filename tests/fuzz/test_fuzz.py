@@ -46,6 +46,7 @@ def test_the_cpu_target_with_every_launch_split_over_a_team(monkeypatch):
 
     monkeypatch.setattr(executor, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(executor, "_default_pool", executor.WorkerPool(2))
+    monkeypatch.setattr(executor, "_programs", {})  # programs the CI slice bound (with its pieces) are made anew
     calls = []
     real_run = team.Team.run
     monkeypatch.setattr(team.Team, "run", lambda self, steps, bases: (calls.append(1), real_run(self, steps, bases))[1])
