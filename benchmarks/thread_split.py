@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -58,13 +59,9 @@ def measure(model: str, shape: str, threads: int, calls: int) -> dict:
         start = time.perf_counter()
         team(**feeds)
         team_wall.append(time.perf_counter() - start)
-    before = os.environ.get("FUSECC_CPU_TEAM")
-    os.environ["FUSECC_CPU_TEAM"] = "0"  # the pool's launches, which `recording` wraps (the plan binds on the first call)
-    try:
+    with mock.patch.dict(os.environ, {"FUSECC_CPU_TEAM": "0"}):  # the pool's launches, which `recording` wraps (the plan binds on the first call)
         program = fusecc.compile(path, target="cpu", shapes=model_bench.fusecc_shapes(feeds), options={"threads": threads})
         program(**feeds)
-    finally:
-        os.environ.pop("FUSECC_CPU_TEAM") if before is None else os.environ.__setitem__("FUSECC_CPU_TEAM", before)
     pool = program._compiled.pool
     split = []  # per split launch: (the caller's piece, the busiest piece), thread CPU seconds
     run_pieces = pool.run_pieces

@@ -45,27 +45,8 @@ class StepProgram:
         self.team = pool.team() if self._runs_as_team(steps, pool) else None
         if self.team is not None:
             self._encode_team_call(steps, keys)
-            steps = []
-        encoder = None
-        for step in steps:
-            if step[0] == "launch":
-                _, kernel, args, varying, pieces = step
-                if len(pieces) == 1 and native_callable(kernel.abi):
-                    encoder = encoder or self._start(keys)
-                    arguments = [(None, value) for value in args]
-                    for index, root, offset in varying:
-                        arguments[index] = (root, offset)
-                    begin, end = pieces[0]
-                    encoder.launch(ctypes.cast(kernel.function, ctypes.c_void_p).value, arguments + [(None, begin), (None, end)])
-                    continue
-                self._flush(encoder)
-                encoder = None
-                self.segments.append(("pool", kernel.function, list(args), [(i, _index(keys, root), offset) for i, root, offset in varying], pieces))
-            else:
-                _, source, target, nbytes = step
-                encoder = encoder or self._start(keys)
-                encoder.copy(target, source, nbytes)
-        self._flush(encoder)
+        else:
+            self._encode_segments(steps, keys)
         self.bases = np.zeros(len(keys), dtype=np.int64)
         for key, index in keys.items():
             if key in fixed:
@@ -84,6 +65,25 @@ class StepProgram:
         launches = [step for step in steps if step[0] == "launch"]
         return any(len(step[4]) > 1 for step in launches) and all(native_callable(step[1].abi) for step in launches)
 
+    def _encode_segments(self, steps: list[tuple], keys: dict) -> None:
+        """Native segments of the steps the calling thread runs, pool launches between them."""
+        encoder = None
+        for step in steps:
+            if step[0] == "launch":
+                _, kernel, args, varying, pieces = step
+                if len(pieces) == 1 and native_callable(kernel.abi):
+                    encoder = encoder or self._start(keys)
+                    encoder.launch(*_launch_record(kernel, args, varying, pieces[0]))
+                    continue
+                self._flush(encoder)
+                encoder = None
+                self.segments.append(("pool", kernel.function, list(args), [(i, _index(keys, root), offset) for i, root, offset in varying], pieces))
+            else:
+                _, source, target, nbytes = step
+                encoder = encoder or self._start(keys)
+                encoder.copy(target, source, nbytes)
+        self._flush(encoder)
+
     def _encode_team_call(self, steps: list[tuple], keys: dict) -> None:
         """The whole call as one team walk: a barrier before a split launch
         (its threads read what the steps before wrote) and after it."""
@@ -96,17 +96,14 @@ class StepProgram:
                 unordered = True
                 continue
             _, kernel, args, varying, pieces = step
-            arguments = [(None, value) for value in args]
-            for index, root, offset in varying:
-                arguments[index] = (root, offset)
-            address = ctypes.cast(kernel.function, ctypes.c_void_p).value
             if len(pieces) == 1:
-                encoder.launch(address, arguments + [(None, pieces[0][0]), (None, pieces[0][1])])
+                encoder.launch(*_launch_record(kernel, args, varying, pieces[0]))
                 unordered = True
                 continue
             if unordered:
                 encoder.barrier()
-            encoder.split(address, [arguments + [(None, begin), (None, end)] for begin, end in pieces])
+            records = [_launch_record(kernel, args, varying, piece) for piece in pieces]
+            encoder.split(records[0][0], [arguments for _, arguments in records])
             encoder.barrier()
             unordered = False
         if unordered:
@@ -179,6 +176,16 @@ def run_profiled(steps: list[tuple], pool, bases: dict, profile: list) -> None:
             _, (src_root, src_offset), (dst_root, dst_offset), nbytes = step
             ctypes.memmove(bases[dst_root] + dst_offset, bases[src_root] + src_offset, nbytes)
         profile.append((step[1].abi.name if step[0] == "launch" else "copy", time.perf_counter() - start))
+
+
+def _launch_record(kernel, args, varying, piece: tuple[int, int]) -> tuple[int, list]:
+    """(kernel address, its arguments as StepEncoder takes them) for one
+    piece: fixed values as literals, call-varying ones as (root, offset),
+    the worker range last."""
+    arguments = [(None, value) for value in args]
+    for index, root, offset in varying:
+        arguments[index] = (root, offset)
+    return ctypes.cast(kernel.function, ctypes.c_void_p).value, arguments + [(None, piece[0]), (None, piece[1])]
 
 
 def _index(keys: dict, root) -> int:
