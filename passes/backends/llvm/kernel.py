@@ -35,6 +35,7 @@ from fusecc.passes.backends.llvm.analysis import (
     ArgFacts,
     NotWidenable,
     body_element_bytes,
+    carries_float_extremum,
     choose_width,
     estimate_work,
     has_side_effects,
@@ -246,7 +247,12 @@ class KernelEmitter(MemoryAccess, IndexMath):
             return [self.vec(v) if k else v.ref for v, k in zip(yielded, kinds)]
 
         unroll = op.attr("unroll")
-        metadata = self.mb.loop_metadata(vectorize=False, unroll=unroll) if unroll and unroll > 1 else None
+        unroll = unroll if unroll and unroll > 1 else None
+        # LLVM 22's loop vectoriser drops the scalar remainder of a maxnum/minnum
+        # reduction it vectorises with its NaN check (a row of 5: max of the first
+        # 4), so a scalar loop that carries one is kept from it (docs/cpu-target.md)
+        forbid = self.width == 1 and carries_float_extremum(op)
+        metadata = self.mb.loop_metadata(vectorize=False if forbid else None, unroll=unroll) if (unroll or forbid) else None
         refs = self.counted_loop(lower.ref, upper.ref, step.ref, carried, body, metadata)
         for result, ref, init, k in zip(op.results, refs, inits, kinds):
             self.bind(result, Val(ref, init.ty, VECTOR if k else UNIFORM))

@@ -56,13 +56,14 @@ class ModuleBuilder:
             self.declarations[name] = f"declare {ret} @{name}({', '.join(arg_types)})"
         return f"@{name}"
 
-    def loop_metadata(self, vectorize: bool = True, unroll: int | None = None) -> str:
-        """A loop ID: ask LLVM's loop vectoriser to vectorise, and/or to
-        unroll `unroll` times (`loop.for {unroll = N}`)."""
+    def loop_metadata(self, vectorize: bool | None = True, unroll: int | None = None) -> str:
+        """A loop ID: ask LLVM's loop vectoriser to vectorise (True), forbid it
+        (False) or leave it to its heuristics (None), and/or to unroll
+        `unroll` times (`loop.for {unroll = N}`)."""
         loop_id = len(self.metadata)
         properties = []
-        if vectorize:
-            properties.append('!{!"llvm.loop.vectorize.enable", i1 true}')
+        if vectorize is not None:
+            properties.append(f'!{{!"llvm.loop.vectorize.enable", i1 {str(vectorize).lower()}}}')
         if unroll:
             properties.append(f'!{{!"llvm.loop.unroll.count", i32 {unroll}}}')
         ids = [f"!{loop_id + 1 + k}" for k in range(len(properties))]
