@@ -71,6 +71,22 @@ def programs(draw):
     return text, width, weights
 
 
+def sensitivity(reference, args: dict, rng) -> np.ndarray:
+    """How far each result element moves when every input element moves by a
+    random 2^-16 of itself (two runs of the reference): a target that sums in
+    another order is allowed that much more. A layernorm of a nearly constant
+    row (after a matmul) amplifies a last-bit difference in its input by
+    1/std, past any fixed tolerance; a well-conditioned element moves ~1e-5
+    of itself, far less than a wrong result."""
+    (expected,) = reference(**args).values()
+    moved = []
+    for _ in range(2):
+        jittered = {k: (v * (1 + 2.0**-16 * rng.uniform(-1, 1, v.shape))).astype(np.float32) for k, v in args.items()}
+        (result,) = reference(**jittered).values()
+        moved.append(np.abs(result - expected))
+    return np.nan_to_num(np.maximum(*moved), nan=0.0, posinf=0.0)
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(programs())
 def test_random_dynamic_programs_compile_once_and_match_the_reference(tmp_path, program):
@@ -86,5 +102,9 @@ def test_random_dynamic_programs_compile_once_and_match_the_reference(tmp_path, 
         (got,), (expected,) = compiled(**args).values(), reference(**args).values()
         assert got.shape == expected.shape, text
         scale = max(1.0, float(np.max(np.abs(expected))))
-        np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * scale, err_msg=f"B={batch} S={seq}\n{text}")
+        slack = sensitivity(reference, args, rng)
+        with np.errstate(invalid="ignore"):
+            same = (got == expected) | (np.isnan(got) & np.isnan(expected)) | (np.abs(got - expected) <= 2e-5 * scale + slack)
+        bad = np.argwhere(~same)
+        assert not len(bad), f"B={batch} S={seq}: {len(bad)} elements differ, first {tuple(bad[0])}: {got[tuple(bad[0])]} vs {expected[tuple(bad[0])]}\n{text}"
     assert compiled.stats.compilations == 1
