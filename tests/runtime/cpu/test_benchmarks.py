@@ -16,6 +16,7 @@ import numpy as np
 import compare_revisions
 import cpu_bench
 import cpu_kernels as K
+import fma_peak
 import parse_scaling
 
 
@@ -53,3 +54,12 @@ def test_parse_scaling_measures_in_a_fresh_process(tmp_path):
     path.write_text(parse_scaling.program(200))
     measured = parse_scaling.measure_cold(str(path))
     assert measured["ops"] > 150 and measured["parse"] > 0
+
+
+def test_fma_peak_counts_two_flops_per_lane_of_each_fma(capsys):
+    lanes, rates = fma_peak.measure(chains=4, repeats=2, iterations=20_000)
+    assert lanes in (8, 16) and len(rates) == 2 and all(r > 0 for r in rates)
+    text = fma_peak.kernel_text(lanes, 4)
+    assert text.count("@llvm.fma.") == 4 + 1  # four chains and the declaration
+    assert fma_peak.main(["--chains", "4", "--repeats", "1", "--iterations", "1000"]) == 0
+    assert "GFLOP/s" in capsys.readouterr().out
