@@ -84,7 +84,7 @@ from fusecc.passes.lowering.scalar_emitter import IndexMath, LoweringError, broa
 from fusecc.passes.lowering.spans import Span, in_span, spans, total_tiles  # noqa: F401  (the templates share them)
 from fusecc.passes.tiling.tile import hinted_copy
 from fusecc.passes.tiling.contraction_shapes import MAX_SPECIALISED_COPIES, MatmulShape  # noqa: F401  (the tests ask MAX_SPECIALISED_COPIES here)
-from fusecc.passes.tiling.cpu_matmul_tiles import CpuMatmulTiles, choose_cpu_matmul_tiles
+from fusecc.passes.tiling.cpu_matmul_tiles import CPU_K_UNROLL, CpuMatmulTiles, choose_cpu_matmul_tiles
 from fusecc.passes.tiling.gpu_matmul_tiles import (  # noqa: F401  (gpu_matmul_resources with the tile choosers, for the tests)
     GpuMatmulTiles,
     choose_gpu_matmul_tiles,
@@ -331,7 +331,7 @@ def lower_matmul_cpu(group: GroupOp, problem: MatmulProblem, tiles: CpuMatmulTil
                 # One K loop per range of K pieces, each carrying the accumulators on.
                 acc = [s.const(0, acc_type)] * mr
                 for ks in k_spans:
-                    acc = w.named_loop(w.for_(ks.start, ks.end, 1, lambda k, *a, ks=ks: k_step(im.assume(k, ks.start, ks.end), *a), acc, "k"), "acc")
+                    acc = w.named_loop(w.for_(ks.start, ks.end, 1, lambda k, *a, ks=ks: k_step(im.assume(k, ks.start, ks.end), *a), acc, "k", unroll=CPU_K_UNROLL), "acc")
                 for i in range(mr):
                     epilogue.emit(w.emitter, problem.result_index(bidx, rows[i], n), acc[i], w.all_of(row_ok[i], col_ok))
 

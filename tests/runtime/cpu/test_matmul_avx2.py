@@ -27,7 +27,7 @@ from fusecc.compiler.pass_manager import PassContext, parse_pipeline, run_pipeli
 from fusecc.driver.pipelines import pipeline_for_level  # noqa: E402
 from fusecc.passes.backends.hardware import CPU, CPU_AVX2, CPU_FEATURES_ENV, hardware, isa_of  # noqa: E402
 from fusecc.passes.backends.llvm.emit import emit_llvm  # noqa: E402
-from fusecc.passes.tiling.cpu_matmul_tiles import cpu_register_tile  # noqa: E402
+from fusecc.passes.tiling.cpu_matmul_tiles import CPU_K_UNROLL, cpu_register_tile  # noqa: E402
 from fusecc.runtime.cpu import jit  # noqa: E402
 from fusecc.runtime.reference import evaluate  # noqa: E402
 
@@ -78,19 +78,21 @@ def lowered(m: int, k: int, n: int):
 
 
 def k_loop(asm: str) -> list[str]:
-    """The innermost loop of the assembly that issues FMAs: from a label to
-    the last jump back to it."""
+    """The K loop: of the innermost loops (a label to the last jump back to
+    it, with no loop inside) that issue FMAs, the one with the most. (Not
+    merely the shortest: an epilogue's erf loop has a few FMAs, and the
+    unrolled K loop is longer.)"""
     lines = asm.splitlines()
     where = {m.group(1): i for i, line in enumerate(lines) if (m := LABEL.match(line))}
-    loops = []
+    spans = []
     for i, line in enumerate(lines):
         jump = JUMP.match(line)
         if jump and where.get(jump.group(1), i) < i:
-            body = lines[where[jump.group(1)] : i + 1]
-            if any("vfmadd" in b for b in body):
-                loops.append(body)
+            spans.append((where[jump.group(1)], i))
+    innermost = [(a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
+    loops = [lines[a : b + 1] for a, b in innermost if any("vfmadd" in line for line in lines[a : b + 1])]
     assert loops, "no loop with FMAs in the assembly"
-    return min(loops, key=len)
+    return max(loops, key=lambda body: sum("vfmadd" in line for line in body))
 
 
 def avx2_assembly(module, monkeypatch) -> str:
@@ -106,7 +108,8 @@ def test_the_avx2_k_loop_keeps_its_tile_in_registers(monkeypatch, m):
     loop = k_loop(asm)
     assert not re.search(r"%zmm\d", asm)
     rows = cpu_register_tile(CPU_AVX2, m)[0]
-    assert sum("vfmadd" in line for line in loop) == rows * 2
+    # CPU_K_UNROLL steps of k per trip, each MR rows × 2 ymm
+    assert sum("vfmadd" in line for line in loop) == rows * 2 * CPU_K_UNROLL
     assert [line for line in loop if STACK_VECTOR.search(line)] == []
 
 
@@ -118,7 +121,7 @@ def test_the_avx512_tile_on_avx2_registers_spills(monkeypatch):
     if hardware("cpu") is not CPU:
         pytest.skip("the host has no AVX-512: its `cpu` lowering is the AVX2 one already")
     loop = k_loop(avx2_assembly(lowered(128, 384, 1536), monkeypatch))
-    assert sum("vfmadd" in line for line in loop) == 32
+    assert sum("vfmadd" in line for line in loop) == 32 * CPU_K_UNROLL
     assert len([line for line in loop if STACK_VECTOR.search(line)]) >= 8
 
 
