@@ -332,8 +332,14 @@ def format_profile(data: dict) -> str:
             f"  {k['name']:<24}{T(k['seconds']):>10}{k['seconds'] / total * 100:>6.1f}%{B(k['bytes']):>10}{k['gb_per_second']:>8.1f}{gflops:>9}"
             f"{k['roofline_fraction'] * 100:>5.0f}%  {k['bound']:<8}{_sources(k, common)}"
         )
-    if any(k["roofline_fraction"] > 1 for k in data["kernels"]):
-        lines.append(f"  (roof above 100%: the kernel's data came from cache, faster than the {hw['memory_bandwidth'] / 1e9:.0f} GB/s of memory the roofline assumes)")
+    over = [k for k in data["kernels"] if k["roofline_fraction"] > 1]
+    if any(k["bound"] == "memory" for k in over):
+        lines.append(f"  (roof above 100%, memory-bound: the kernel's data came from cache, faster than the {hw['memory_bandwidth'] / 1e9:.0f} GB/s of memory the roofline assumes)")
+    if any(k["bound"] == "compute" for k in over):
+        lines.append(
+            f"  (roof above 100%, compute-bound: faster than the {hw['peak_flops'] / 1e9:.0f} GFLOP/s the hardware description models, "
+            f"the rate its cost model assumes; the FMA ceiling of all its cores is {hw['flops_ceiling'] / 1e9:.0f} GFLOP/s)"
+        )
     lines += ["", "unfused patterns (adjacent memory-bound kernels joined by a buffer; fusing them saves the bytes shown):"]
     if not data["unfused_patterns"]:
         lines.append("  none")

@@ -90,3 +90,18 @@ def test_bad_program_is_a_located_error(tmp_path):
     result = fusecc(bad)
     assert result.returncode == 1
     assert f"{bad}:2:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_roof_above_100_percent_is_explained_by_what_bounds_the_kernel(program):
+    from fusecc.driver.profile import format_profile
+
+    result = fusecc(program, "--repeat", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    first = data["kernels"][0]
+    first.update(bound="compute", roofline_fraction=1.16)
+    text = format_profile(data)
+    assert "compute-bound: faster than the" in text and "the rate its cost model assumes" in text
+    assert "roof above 100%, memory-bound" not in text  # the other kernels are under their roof
+    first.update(bound="memory")
+    assert "memory-bound: the kernel's data came from cache" in format_profile(data)
