@@ -51,6 +51,7 @@ from fusecc.passes.lowering.kernel_writer import KernelWriter
 from fusecc.passes.lowering.matmul import the_only, tile_attribute
 from fusecc.passes.tiling.tile import hinted_copy
 from fusecc.passes.tiling.attention_tiles import AttentionTiles, choose_attention_tiles
+from fusecc.passes.tiling.cpu_matmul_tiles import CPU_K_UNROLL
 from fusecc.passes.tiling.contraction_shapes import AttentionShape
 from fusecc.passes.lowering.scalar_emitter import IndexMath, broadcast_index
 
@@ -86,14 +87,6 @@ class AttentionProblem(AttentionShape):
 
 
 # --------------------------------------------------------------------------- tile sizes
-
-# The CPU template's q·kᵀ loop over d and p·V loop over keys are unrolled this
-# many times, as the matmul's K loop is (cpu_matmul_tiles.CPU_K_UNROLL): the
-# loop instructions otherwise take FMA-port slots. Measured (`fusecc profile
-# --threads 1`, 2 alternations, 2026-12-02): BERT-base-L2 attention B=8 S=128
-# 5.3-5.6 -> 5.1 ms, B=1 S=384 3.9-4.0 -> 3.7-3.9 ms; the same numbers.
-REGISTER_TILE_UNROLL = 4
-
 
 
 def attention_tiles(group: GroupOp, problem: AttentionProblem, hardware: Hardware) -> AttentionTiles:
@@ -264,7 +257,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     k = w.load(k_tile, [d, j])
                     return [s.fma(w.load(q_tile, [r[i], d]), k, acc[i]) for i in range(rr)]
 
-                dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * rr, "d", unroll=REGISTER_TILE_UNROLL), "dot")
+                dots = w.named_loop(w.for_(0, D, 1, dot_step, [s.const(0.0)] * rr, "d", unroll=CPU_K_UNROLL), "dot")
                 key = im.add(k0, j)
                 key_ok = w.below(key, Tk, Tk % bt != 0)
                 for i in range(rr):
@@ -308,7 +301,7 @@ def lower_attention_cpu(group: GroupOp, problem: AttentionProblem, tiles: Attent
                     return [s.fma(w.load(p_tile, [i, j]), v, acc[i]) for i in range(rr)]
 
                 rescaled = [s.mul(w.load(o_rows, [r[i], c]), alphas[i]) for i in range(rr)]
-                o = w.named_loop(w.for_(0, bt, 1, pv_step, rescaled, "j", unroll=REGISTER_TILE_UNROLL), "o")
+                o = w.named_loop(w.for_(0, bt, 1, pv_step, rescaled, "j", unroll=CPU_K_UNROLL), "o")
                 for i in range(rr):
                     w.store(o[i], o_rows, [r[i], c])
 

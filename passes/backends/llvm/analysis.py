@@ -114,8 +114,9 @@ def moves_data_only(kernel: loop.KernelOp) -> bool:
 def carries_float_extremum(op: loop.ForOp) -> bool:
     """Whether a loop may carry a float max or min (`maxnum`/`minnum`) from
     one iteration to the next, a reduction LLVM's loop vectoriser would
-    take: it carries a float and its own body (not a nested loop's) takes a
-    float max or min. Conservative: the max need not feed the carried value."""
+    take: it carries a float and its body, nested loops included, takes a
+    float max or min. Conservative: the max need not feed the carried value
+    (LLVM vectorises only innermost loops, so an outer loop loses nothing)."""
     if not any(isinstance(arg.type, ScalarType) and arg.type.is_float for arg in op.iter_args):
         return False
     return any(inner.name in ("arith.max", "arith.min") and inner.results[0].type.is_float for inner in op.walk(include_self=False))
